@@ -1,0 +1,176 @@
+//! The dynamic-dispatch layer: [`AnyLock`] and [`AnyGuard`], built once here
+//! so every driver gets them for free.
+//!
+//! [`Lock`] uses `impl Future` in its methods (no allocation per call for
+//! generic users), which makes it not object safe. The private `DynLock` and
+//! `DynGuard` traits box those futures; a blanket impl covers every `Lock`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{AcquireOptions, Capabilities, FencingToken, Guard, Lock, LockKey, LostSignal, Result};
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+trait DynLock: Send + Sync {
+    fn backend(&self) -> &'static str;
+    fn capabilities(&self) -> Capabilities;
+    fn acquire<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>>;
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        opts: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Option<AnyGuard>>>;
+}
+
+impl<L: Lock> DynLock for L {
+    fn backend(&self) -> &'static str {
+        Lock::backend(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Lock::capabilities(self)
+    }
+    fn acquire<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>> {
+        Box::pin(async move { Lock::acquire(self, key, opts).await.map(AnyGuard::new) })
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        opts: AcquireOptions,
+    ) -> BoxFuture<'a, Result<Option<AnyGuard>>> {
+        Box::pin(async move { Ok(Lock::try_acquire(self, key, opts).await?.map(AnyGuard::new)) })
+    }
+}
+
+/// Any driver behind dynamic dispatch: what code that picks its backend at run
+/// time (from config or a URL) holds. Cheap to clone.
+///
+/// ```
+/// use dlock_core::{AcquireOptions, AnyLock, Guard, Lock, LockKey, MemLock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock_core::Result<()> {
+/// let lock: AnyLock = AnyLock::new(MemLock::new());
+/// assert_eq!(lock.backend(), "mem");
+/// let guard = lock.acquire(&LockKey::new("k")?, AcquireOptions::default()).await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AnyLock(Arc<dyn DynLock>);
+
+impl AnyLock {
+    /// Puts a driver behind dynamic dispatch.
+    pub fn new<L: Lock>(lock: L) -> Self {
+        AnyLock(Arc::new(lock))
+    }
+}
+
+impl std::fmt::Debug for AnyLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AnyLock").field(&self.0.backend()).finish()
+    }
+}
+
+impl Lock for AnyLock {
+    type Guard = AnyGuard;
+
+    fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    /// See [`Lock::acquire`]; forwards to the driver.
+    fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> impl Future<Output = Result<AnyGuard>> + Send {
+        async move { self.0.acquire(key, opts).await }
+    }
+
+    /// See [`Lock::try_acquire`]; forwards to the driver's own `try_acquire`.
+    fn try_acquire(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Option<AnyGuard>>> + Send {
+        async move { self.0.try_acquire(key, opts).await }
+    }
+}
+
+trait DynGuard: Send + Sync {
+    fn key(&self) -> &LockKey;
+    fn token(&self) -> Option<FencingToken>;
+    fn lost(&self) -> LostSignal;
+    fn is_held(&self) -> bool;
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>>;
+}
+
+impl<G: Guard> DynGuard for G {
+    fn key(&self) -> &LockKey {
+        Guard::key(self)
+    }
+    fn token(&self) -> Option<FencingToken> {
+        Guard::token(self)
+    }
+    fn lost(&self) -> LostSignal {
+        Guard::lost(self)
+    }
+    fn is_held(&self) -> bool {
+        Guard::is_held(self)
+    }
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(Guard::extend(self, ttl))
+    }
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
+        Box::pin(Guard::release(*self))
+    }
+}
+
+/// The guard of an [`AnyLock`]: any driver's guard behind dynamic dispatch.
+/// Dropping it drops the driver's guard (best-effort release).
+#[must_use = "dropping the guard releases the lock (best effort)"]
+pub struct AnyGuard(Box<dyn DynGuard>);
+
+impl AnyGuard {
+    /// Puts a driver's guard behind dynamic dispatch.
+    pub fn new<G: Guard>(guard: G) -> Self {
+        AnyGuard(Box::new(guard))
+    }
+}
+
+impl std::fmt::Debug for AnyGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnyGuard")
+            .field("key", self.0.key())
+            .field("token", &self.0.token())
+            .finish()
+    }
+}
+
+impl Guard for AnyGuard {
+    fn key(&self) -> &LockKey {
+        self.0.key()
+    }
+    fn token(&self) -> Option<FencingToken> {
+        self.0.token()
+    }
+    fn lost(&self) -> LostSignal {
+        self.0.lost()
+    }
+    fn is_held(&self) -> bool {
+        self.0.is_held()
+    }
+    /// See [`Guard::extend`].
+    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
+        self.0.extend(ttl)
+    }
+    /// See [`Guard::release`].
+    fn release(self) -> impl Future<Output = Result<()>> + Send {
+        self.0.release()
+    }
+}

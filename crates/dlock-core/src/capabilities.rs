@@ -1,0 +1,58 @@
+//! [`Capabilities`]: what a backend promises, so callers and the conformance
+//! kit can adapt.
+
+use std::time::Duration;
+
+/// Whether grants carry a [`FencingToken`](crate::FencingToken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// Every grant carries a token, strictly increasing per key in grant order.
+    Strict,
+    /// Grants carry no token ([`Guard::token`](crate::Guard::token) is `None`):
+    /// use this backend only where a duplicate holder wastes work but corrupts
+    /// nothing.
+    None,
+}
+
+/// How a waiter learns that the lock may be free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// The backend notifies waiters (watch, pub/sub, in-process wake-up).
+    Notified,
+    /// Waiters poll.
+    Polled,
+}
+
+/// What a backend promises. Returned by
+/// [`Lock::capabilities`](crate::Lock::capabilities).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Fencing tokens: strict or none.
+    pub fencing: Fencing,
+    /// Waiters are granted in the order they started waiting.
+    pub fifo: bool,
+    /// Notified or polled waiting.
+    pub waiting: Waiting,
+    /// The shortest TTL the backend honours; shorter requests are rounded up
+    /// to it (etcd leases: 2 s; ZooKeeper: the server's minimum session
+    /// timeout).
+    pub min_ttl: Duration,
+}
+
+impl Capabilities {
+    /// Builds a capability set (for driver authors).
+    pub const fn new(fencing: Fencing, fifo: bool, waiting: Waiting, min_ttl: Duration) -> Self {
+        Capabilities {
+            fencing,
+            fifo,
+            waiting,
+            min_ttl,
+        }
+    }
+
+    /// `true` when grants carry strictly increasing tokens.
+    pub fn fences(&self) -> bool {
+        self.fencing == Fencing::Strict
+    }
+}

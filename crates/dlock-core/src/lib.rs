@@ -1,0 +1,62 @@
+//! # dlock-core
+//!
+//! The contract every dlock driver keeps, and the in-process driver that
+//! keeps it exactly.
+//!
+//! - [`Lock`]: a connected backend; [`Lock::acquire`], [`Lock::try_acquire`],
+//!   [`Lock::with_lock`]. Use it generically (`L: Lock`) or behind
+//!   [`AnyLock`] when the backend is chosen at run time.
+//! - [`Guard`]: proof of holding a lock: its [`FencingToken`], a
+//!   [`LostSignal`], `extend`, `release`.
+//! - [`Fence`] / [`FenceGate`]: the resource side that refuses stale holders.
+//! - [`Error`]: one error type with semantic variants.
+//! - [`MemLock`]: the in-process driver (zero setup; the kit's reference).
+//!
+//! ## Two tiers of locks
+//!
+//! An *efficiency* lock only avoids duplicate work; any backend will do. A
+//! *correctness* lock protects data from concurrent writers; a lock alone
+//! cannot promise that (a holder can be paused past its TTL), so pass the
+//! grant's [`FencingToken`] to the resource and have it [`Fence::admit`] the
+//! write. Only backends with [`Fencing::Strict`] can do this.
+//!
+//! ```
+//! use std::time::Duration;
+//! use dlock_core::{AcquireOptions, FenceGate, Guard, Lock, LockKey, MemLock};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dlock_core::Result<()> {
+//! let lock = MemLock::new();
+//! let gate = FenceGate::new(); // stands for the resource (a DB row, an object)
+//! let key = LockKey::new("account:17")?;
+//!
+//! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(5))).await?;
+//! let token = guard.token().expect("MemLock gives tokens");
+//! gate.write("account:17", token, || { /* write the record */ })
+//!     .expect("no newer holder has written");
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod any;
+mod capabilities;
+mod error;
+mod fence;
+mod key;
+mod lock;
+mod mem;
+mod options;
+mod token;
+
+pub use any::{AnyGuard, AnyLock};
+pub use capabilities::{Capabilities, Fencing, Waiting};
+pub use error::{BoxError, Error, Result};
+pub use fence::{Admission, Fence, FenceGate};
+pub use key::LockKey;
+pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
+pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
+pub use options::{AcquireOptions, Wait, drift};
+pub use token::FencingToken;

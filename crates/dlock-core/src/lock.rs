@@ -1,0 +1,323 @@
+//! The [`Lock`] and [`Guard`] traits, the [`LostSignal`] a guard hands out,
+//! and the scoped [`Lock::with_lock`].
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::{AcquireOptions, Capabilities, Error, FencingToken, LockKey, Result, Wait};
+
+/// A connected lock backend: a cheap-to-clone handle that many tasks share.
+///
+/// Implemented by every driver (`MemLock`, `RedisLock`, `EtcdLock`, ...) and by
+/// [`AnyLock`](crate::AnyLock), the same contract behind dynamic dispatch.
+/// Generic code takes `L: Lock`; code that picks its backend at run time holds
+/// an `AnyLock`.
+///
+/// # What implementers must keep
+///
+/// - Mutual exclusion per key while holders are not paused past their TTL.
+/// - With [`Fencing::Strict`](crate::Fencing::Strict): tokens strictly
+///   increase per key in grant order, across all clients.
+/// - A dropped `acquire` future leaves no lock held and no waiter, node or key
+///   behind (clean-up may finish in the background).
+/// - Release and extend by anyone but the owner are refused.
+/// - No panic on any input or server reply: errors are [`Error`] variants.
+///
+/// The conformance kit (`dlock-testkit`) checks all of this against a driver.
+pub trait Lock: Clone + Send + Sync + 'static {
+    /// The guard a grant returns.
+    type Guard: Guard;
+
+    /// The backend's short name: `"mem"`, `"redis"`, `"redlock"`, `"etcd"`, `"zk"`.
+    fn backend(&self) -> &'static str;
+
+    /// What this backend promises (fencing, FIFO, waiting, shortest TTL).
+    fn capabilities(&self) -> Capabilities;
+
+    /// Takes the lock on `key`, waiting as `opts.wait` says.
+    ///
+    /// The returned guard holds the lock until it is released, dropped, or
+    /// lost (TTL ran out, session ended); with `opts.auto_extend` a watchdog
+    /// renews it at `ttl / 3`.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Timeout`] when the wait ran out (at once for [`Wait::No`]
+    ///   if the key is held), never earlier than asked;
+    /// - [`Error::InvalidKey`] when the backend cannot store `key`;
+    /// - [`Error::Unavailable`] / [`Error::Backend`] when the backend failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any await point leaves no lock held
+    /// and no waiter behind. Where clean-up needs I/O it runs in the
+    /// background; the backend's TTL is the backstop if that fails too.
+    fn acquire(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send;
+
+    /// One try: `Ok(Some(guard))` if granted, `Ok(None)` if someone else holds
+    /// `key`. `opts.wait` is ignored.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), except that a held key is `Ok(None)`,
+    /// not [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    fn try_acquire(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Option<Self::Guard>>> + Send {
+        async move {
+            match self.acquire(key, opts.wait(Wait::No)).await {
+                Ok(guard) => Ok(Some(guard)),
+                Err(Error::Timeout { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+    }
+
+    /// Takes the lock, runs `f` while holding it, and releases it.
+    ///
+    /// `f` receives a [`Held`] (key, token, lost signal). If the lock is lost
+    /// before `f`'s future completes, that future is dropped (cancelled) at
+    /// its next await point and the call returns [`Error::Lost`].
+    ///
+    /// # Errors
+    ///
+    /// - any error of [`acquire`](Self::acquire);
+    /// - [`Error::Lost`] if the lock was lost while `f` ran;
+    /// - the error of the final release: if the release finds the lock already
+    ///   gone ([`Error::Lost`] / [`Error::NotHeld`]), `f`'s output is dropped,
+    ///   since the lock may have been lost while `f` was still working.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `f`'s future and the guard, whose `Drop`
+    /// releases the lock on a best-effort basis (the TTL is the backstop).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock_core::{AcquireOptions, Lock, LockKey, MemLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// let lock = MemLock::new();
+    /// let key = LockKey::new("report:daily")?;
+    /// let rows = lock
+    ///     .with_lock(&key, AcquireOptions::default(), |held| async move {
+    ///         assert!(held.token().is_some());
+    ///         42 // ... the work done under the lock
+    ///     })
+    ///     .await?;
+    /// assert_eq!(rows, 42);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn with_lock<F, Fut, T>(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(Held) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let guard = self.acquire(key, opts).await?;
+            let lost = guard.lost();
+            let held = Held {
+                key: guard.key().clone(),
+                token: guard.token(),
+                lost: lost.clone(),
+            };
+            let work = f(held);
+            let out = tokio::select! {
+                biased;
+                () = lost.wait() => None,
+                out = work => Some(out),
+            };
+            match out {
+                Some(out) => guard.release().await.map(|()| out),
+                None => {
+                    // Best effort: the lock is (or may be) gone already.
+                    let _ = guard.release().await;
+                    Err(Error::Lost {
+                        key: key.as_str().to_owned(),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Proof of holding a lock. Owned, `'static`, `Send`: it can move into a task.
+///
+/// # Dropping and releasing
+///
+/// [`release(self)`](Guard::release) gives the lock back and says whether
+/// that happened. Dropping a guard without releasing schedules a
+/// *best-effort* release (for network backends: in the background); if that
+/// fails, the backend's TTL or lease frees the key.
+pub trait Guard: Send + Sync + 'static {
+    /// The key this guard holds.
+    fn key(&self) -> &LockKey;
+
+    /// The fencing token of this grant, or `None` where the backend gives
+    /// none ([`Fencing::None`](crate::Fencing::None)).
+    fn token(&self) -> Option<FencingToken>;
+
+    /// A signal that resolves when the lock is, or may be, lost (TTL ran out,
+    /// renewal failed, session ended), and also once the guard is released or
+    /// dropped. Clone it freely; `guard.lost().await` waits for it.
+    fn lost(&self) -> LostSignal;
+
+    /// `true` while this client can still trust the grant: not lost, not past
+    /// its local deadline (measured on the monotonic clock from when the
+    /// acquire was sent, minus drift), and, for session backends, connected.
+    fn is_held(&self) -> bool;
+
+    /// Resets the lock's TTL to `ttl` from now.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`] if the lock had already expired (an extend never
+    ///   re-creates an expired lock);
+    /// - [`Error::NotHeld`] if someone else holds the key now;
+    /// - [`Error::Unavailable`] / [`Error::Backend`] when the backend failed:
+    ///   the lock may or may not have been extended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the TTL extended; the lock
+    /// stays held either way.
+    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Gives the lock back and stops the watchdog.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`] if the lock had already expired;
+    /// - [`Error::NotHeld`] if someone else holds the key now (their lock is
+    ///   left alone);
+    /// - [`Error::Unavailable`] / [`Error::Backend`]: the release may not have
+    ///   happened; the TTL frees the key.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the guard, which schedules the same
+    /// best-effort release as `Drop`.
+    fn release(self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// What [`Lock::with_lock`] hands to its closure: the key, the token, and the
+/// lost signal of the guard it holds.
+#[derive(Debug, Clone)]
+pub struct Held {
+    key: LockKey,
+    token: Option<FencingToken>,
+    lost: LostSignal,
+}
+
+impl Held {
+    /// The key held.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The grant's fencing token, if the backend gives one: pass it to the
+    /// resource you write ([`Fence`](crate::Fence)).
+    pub fn token(&self) -> Option<FencingToken> {
+        self.token
+    }
+
+    /// The guard's lost signal.
+    pub fn lost(&self) -> &LostSignal {
+        &self.lost
+    }
+}
+
+/// A cloneable signal that resolves once a lock is, or may be, lost, or once
+/// its guard is gone. Obtained from [`Guard::lost`]; awaiting it waits.
+///
+/// ```
+/// use dlock_core::LostSignal;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (trigger, signal) = LostSignal::pair();
+/// assert!(!signal.is_lost());
+/// trigger.fire();
+/// signal.clone().await; // resolves at once
+/// assert!(signal.is_lost());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    rx: watch::Receiver<bool>,
+}
+
+/// The driver's side of a [`LostSignal`]: fires it. Cloneable; the signal also
+/// resolves when every clone of the trigger is dropped.
+#[derive(Debug, Clone)]
+pub struct LostTrigger {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl LostSignal {
+    /// A new trigger and its signal (for driver authors).
+    pub fn pair() -> (LostTrigger, LostSignal) {
+        let (tx, rx) = watch::channel(false);
+        (LostTrigger { tx: Arc::new(tx) }, LostSignal { rx })
+    }
+
+    /// `true` once the signal has fired (or its trigger is gone).
+    pub fn is_lost(&self) -> bool {
+        *self.rx.borrow() || self.rx.has_changed().is_err()
+    }
+
+    /// Waits until the signal fires (or its trigger is gone).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed.
+    pub async fn wait(&self) {
+        let mut rx = self.rx.clone();
+        // Err means the trigger is gone: treat as fired.
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+}
+
+impl IntoFuture for LostSignal {
+    type Output = ();
+    type IntoFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.wait().await })
+    }
+}
+
+impl LostTrigger {
+    /// Fires the signal; idempotent.
+    pub fn fire(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// `true` once fired.
+    pub fn is_fired(&self) -> bool {
+        *self.tx.borrow()
+    }
+}

@@ -1,0 +1,115 @@
+//! [`AcquireOptions`] and [`Wait`].
+
+use std::time::Duration;
+
+/// How long [`Lock::acquire`](crate::Lock::acquire) waits for a lock someone
+/// else holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One try: if the key is held, fail at once with
+    /// [`Error::Timeout`](crate::Error::Timeout).
+    No,
+    /// Wait at most this long, then fail with
+    /// [`Error::Timeout`](crate::Error::Timeout) (never earlier).
+    For(Duration),
+    /// Wait until granted (or the backend fails).
+    Forever,
+}
+
+/// How to take a lock: its time to live, how long to wait, and whether to keep
+/// it alive in the background.
+///
+/// `AcquireOptions::default()` is a 30 s TTL, [`Wait::Forever`] and
+/// auto-extend on. Builders change one field each:
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock_core::{AcquireOptions, Wait};
+///
+/// let opts = AcquireOptions::default()
+///     .ttl(Duration::from_secs(10))
+///     .wait(Wait::For(Duration::from_secs(2)))
+///     .auto_extend(false);
+/// assert_eq!(opts.ttl, Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// How long the backend keeps the lock without a renewal. This is the
+    /// backstop when a holder dies: nobody else can take the key for up to
+    /// this long. Drivers round it up to what their backend honours
+    /// ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl)).
+    pub ttl: Duration,
+    /// How long to wait when the key is held elsewhere.
+    pub wait: Wait,
+    /// Renew the lock at `ttl / 3` in the background until it is released or
+    /// dropped; a renewal that cannot succeed before the guard's local deadline
+    /// fires [`Guard::lost`](crate::Guard::lost).
+    pub auto_extend: bool,
+}
+
+impl AcquireOptions {
+    /// The default TTL: 30 seconds.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// The defaults: 30 s TTL, wait forever, auto-extend on.
+    pub const fn new() -> Self {
+        AcquireOptions {
+            ttl: Self::DEFAULT_TTL,
+            wait: Wait::Forever,
+            auto_extend: true,
+        }
+    }
+
+    /// Sets the time to live.
+    #[must_use]
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long to wait.
+    #[must_use]
+    pub const fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Turns the background renewal on or off.
+    #[must_use]
+    pub const fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The slack subtracted from a TTL when a client computes how long it may
+/// still trust a grant: `ttl * 0.01 + 2 ms`, the clock-drift allowance of the
+/// Redlock paper, used by every driver for its local deadline.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let o = AcquireOptions::default();
+        assert_eq!(o.ttl, Duration::from_secs(30));
+        assert_eq!(o.wait, Wait::Forever);
+        assert!(o.auto_extend);
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms() {
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+}
