@@ -1,0 +1,229 @@
+//! [`Member`]: one server process that can be killed, restarted, paused and
+//! resumed, and is stopped when dropped.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::LaunchError;
+
+/// How to tell a member is up: a probe run until it succeeds or times out.
+pub(crate) type Probe = fn(SocketAddr) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+/// One server process. Dropping it kills the process (by pid) and reaps it.
+pub struct Member {
+    name: String,
+    addr: SocketAddr,
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    probe: Probe,
+    ready_within: Duration,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+impl Member {
+    pub(crate) fn new(
+        name: String,
+        addr: SocketAddr,
+        program: impl Into<PathBuf>,
+        args: Vec<String>,
+        log: PathBuf,
+        probe: Probe,
+        ready_within: Duration,
+    ) -> Self {
+        Member {
+            name,
+            addr,
+            program: program.into(),
+            args,
+            log,
+            probe,
+            ready_within,
+            child: None,
+            paused: false,
+        }
+    }
+
+    /// The member's name (`redis-0`, `etcd-2`, `zk-1`...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client address (always on 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `true` while the process runs (paused counts as running).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Starts the process without waiting for it to be ready.
+    pub(crate) fn spawn(&mut self) -> Result<(), LaunchError> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = File::options().create(true).append(true).open(&self.log)?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                LaunchError(format!(
+                    "{}: cannot run {}: {e}",
+                    self.name,
+                    self.program.display()
+                ))
+            })?;
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Waits until the member answers its readiness probe.
+    ///
+    /// # Errors
+    ///
+    /// If it does not within its deadline, or its process exits; the error
+    /// carries the tail of its log.
+    pub async fn wait_ready(&mut self) -> Result<(), LaunchError> {
+        let deadline = Instant::now() + self.ready_within;
+        loop {
+            if (self.probe)(self.addr).await {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(self.failure(&format!("exited with {status} before it was ready")));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.failure(&format!("not ready within {:?}", self.ready_within)));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn failure(&self, what: &str) -> LaunchError {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        LaunchError(format!(
+            "{} on {}: {what}; log tail:\n{}",
+            self.name,
+            self.addr,
+            tail.join("\n")
+        ))
+    }
+
+    fn signal(&self, signal: Signal) -> Result<(), LaunchError> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| LaunchError(format!("{} is not running", self.name)))?;
+        let pid = i32::try_from(pid).map_err(|_| LaunchError(format!("pid {pid} out of range")))?;
+        kill(Pid::from_raw(pid), signal)
+            .map_err(|e| LaunchError(format!("{}: kill -{signal}: {e}", self.name)))
+    }
+
+    /// Kills the process with `SIGKILL` (no clean shutdown) and reaps it.
+    ///
+    /// # Errors
+    ///
+    /// If it is not running or cannot be signalled.
+    pub fn kill(&mut self) -> Result<(), LaunchError> {
+        self.signal(Signal::SIGKILL)?;
+        if let Some(mut child) = self.child.take() {
+            child.wait()?;
+        }
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Starts the process again with the same ports, arguments and data
+    /// directory, and waits until it is ready.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_ready`](Self::wait_ready).
+    pub async fn restart(&mut self) -> Result<(), LaunchError> {
+        if self.child.is_some() {
+            self.kill()?;
+        }
+        self.spawn()?;
+        self.wait_ready().await
+    }
+
+    /// Freezes the process with `SIGSTOP`: its sockets stay open, nothing
+    /// answers (a GC pause, a stopped VM).
+    ///
+    /// # Errors
+    ///
+    /// If it is not running or cannot be signalled.
+    pub fn pause(&mut self) -> Result<(), LaunchError> {
+        self.signal(Signal::SIGSTOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Thaws a paused process with `SIGCONT`.
+    ///
+    /// # Errors
+    ///
+    /// If it is not running or cannot be signalled.
+    pub fn resume(&mut self) -> Result<(), LaunchError> {
+        self.signal(Signal::SIGCONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    /// The log file of the process (stdout and stderr).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL also ends a stopped process.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts every member, then waits for all of them (members of a cluster
+/// need each other to become ready).
+pub(crate) async fn start_all(members: &mut [Member]) -> Result<(), LaunchError> {
+    for m in members.iter_mut() {
+        m.spawn()?;
+    }
+    for m in members.iter_mut() {
+        m.wait_ready().await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! [`FaultProxy`]: a TCP proxy on loopback to put in front of a server, with
+//! faults switched on and off at run time.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::LaunchError;
+
+/// What the proxy does to traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Forward everything at once.
+    #[default]
+    None,
+    /// Hold each chunk this long before forwarding it (each direction, so a
+    /// request/reply round trip gains twice this).
+    Delay(Duration),
+    /// Accept and read, forward nothing, answer nothing: a silent network.
+    /// Data read while blackholed is dropped for good.
+    Blackhole,
+    /// Reset every open connection (TCP RST) and every new one.
+    Reset,
+    /// Hold traffic and deliver it all once the fault changes: a network
+    /// stall. Nothing is lost.
+    Pause,
+}
+
+/// A TCP proxy from a loopback port to `upstream`. Dropping it stops it and
+/// closes its connections.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    fault: Arc<watch::Sender<Fault>>,
+    task: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port forwarding to `upstream`.
+    ///
+    /// # Errors
+    ///
+    /// If no loopback port can be bound or `upstream` is not on loopback.
+    pub async fn start(upstream: SocketAddr) -> Result<Self, LaunchError> {
+        if !upstream.ip().is_loopback() {
+            return Err(LaunchError(format!(
+                "the fault proxy only forwards to loopback, not {upstream}"
+            )));
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = watch::channel(Fault::None);
+        let task = tokio::spawn(accept_loop(listener, upstream, rx));
+        Ok(FaultProxy {
+            addr,
+            upstream,
+            fault: Arc::new(tx),
+            task,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where traffic goes.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// Switches the fault; takes effect at once on open connections.
+    pub fn set(&self, fault: Fault) {
+        self.fault.send_replace(fault);
+    }
+
+    /// The current fault.
+    pub fn fault(&self) -> Fault {
+        *self.fault.borrow()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        // Tell open connections to close.
+        self.fault.send_replace(Fault::Reset);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, fault: watch::Receiver<Fault>) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { continue };
+                connections.spawn(connection(client, upstream, fault.clone()));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// Makes the coming close of `stream` a TCP RST. (`set_linger` is deprecated
+/// because a non-zero linger blocks on drop; a zero linger does not block.)
+#[allow(deprecated)]
+fn reset(stream: &TcpStream) {
+    let _ = stream.set_linger(Some(Duration::ZERO));
+}
+
+async fn connection(mut client: TcpStream, upstream: SocketAddr, mut fault: watch::Receiver<Fault>) {
+    if *fault.borrow() == Fault::Reset {
+        reset(&client);
+        return;
+    }
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        reset(&client);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let ended_by_reset = {
+        let (mut cr, mut cw) = client.split();
+        let (mut sr, mut sw) = server.split();
+        let (f1, f2) = (fault.clone(), fault.clone());
+        tokio::select! {
+            r = pump(&mut cr, &mut sw, f1) => r,
+            r = pump(&mut sr, &mut cw, f2) => r,
+            () = async { let _ = fault.wait_for(|f| *f == Fault::Reset).await; } => true,
+        }
+    };
+    if ended_by_reset {
+        reset(&client);
+        reset(&server);
+    }
+}
+
+/// Copies one direction under the current fault. Returns `true` if it ended
+/// because of a reset.
+async fn pump(
+    from: &mut (impl AsyncReadExt + Unpin),
+    to: &mut (impl AsyncWriteExt + Unpin),
+    mut fault: watch::Receiver<Fault>,
+) -> bool {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        loop {
+            let current = *fault.borrow_and_update();
+            match current {
+                Fault::None => break,
+                Fault::Delay(d) => {
+                    tokio::time::sleep(d).await;
+                    break;
+                }
+                Fault::Blackhole => break,
+                Fault::Reset => return true,
+                Fault::Pause => {
+                    if fault.changed().await.is_err() {
+                        return true;
+                    }
+                }
+            }
+        }
+        if *fault.borrow() == Fault::Blackhole {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return false;
+        }
+    }
+}

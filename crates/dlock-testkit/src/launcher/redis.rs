@@ -1,0 +1,133 @@
+//! `redis-server`: one instance, or N independent ones (for Redlock).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::member::{Member, start_all};
+use super::{LaunchError, free_ports, loopback};
+
+pub(crate) const SERVER: &str = "/usr/bin/redis-server";
+
+/// One or more independent `redis-server` processes, without persistence
+/// (`save ""`, no AOF), each on its own free loopback port and directory.
+#[derive(Debug)]
+pub struct Redis {
+    members: Vec<Member>,
+    _dir: TempDir,
+}
+
+impl Redis {
+    /// Starts one instance and waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// If `redis-server` is missing or does not become ready in time.
+    pub async fn start() -> Result<Self, LaunchError> {
+        Self::start_many(1).await
+    }
+
+    /// Starts `n` independent instances (not a cluster, not replicas).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_many(n: usize) -> Result<Self, LaunchError> {
+        let dir = tempfile::Builder::new().prefix("dlock-redis-").tempdir()?;
+        let ports = free_ports(n)?;
+        let mut members = Vec::with_capacity(n);
+        for (i, port) in ports.into_iter().enumerate() {
+            let data = dir.path().join(format!("r{i}"));
+            std::fs::create_dir_all(&data)?;
+            let args = [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &data.to_string_lossy(),
+                "--daemonize",
+                "no",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            members.push(Member::new(
+                format!("redis-{i}"),
+                loopback(port),
+                SERVER,
+                args,
+                dir.path().join(format!("r{i}.log")),
+                |addr| {
+                    Box::pin(async move { matches!(command(addr, &["PING"]).await, Ok(r) if r == "+PONG") })
+                },
+                Duration::from_secs(20),
+            ));
+        }
+        start_all(&mut members).await?;
+        Ok(Redis { members, _dir: dir })
+    }
+
+    /// `redis://127.0.0.1:PORT` of the first instance.
+    pub fn url(&self) -> String {
+        self.urls().swap_remove(0)
+    }
+
+    /// The URL of every instance.
+    pub fn urls(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("redis://{}", m.addr()))
+            .collect()
+    }
+
+    /// The members, to kill, restart, pause or resume.
+    pub fn members(&mut self) -> &mut [Member] {
+        &mut self.members
+    }
+
+    /// The address of every instance.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.members.iter().map(Member::addr).collect()
+    }
+}
+
+/// Sends one command (inline RESP) and returns the first line of the reply,
+/// e.g. `+PONG`, `:1`, `$3`. Bounded by a 2 s timeout.
+///
+/// # Errors
+///
+/// On connection failure, or no reply within the timeout.
+pub async fn command(addr: SocketAddr, args: &[&str]) -> std::io::Result<String> {
+    let talk = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(req.as_bytes()).await?;
+        let mut buf = vec![0u8; 512];
+        let mut got = Vec::new();
+        while !got.windows(2).any(|w| w == b"\r\n") {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed",
+                ));
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&got);
+        Ok(text.split("\r\n").next().unwrap_or_default().to_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(2), talk)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply within 2s"))?
+}

@@ -1,0 +1,279 @@
+//! The launcher's own tests: every topology starts, answers a real request
+//! and stops; killed members restart; paused members stop answering until
+//! resumed; the fault proxy delays, blackholes, resets and pauses as told.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use dlock_testkit::launcher::{Etcd, Fault, FaultProxy, Redis, ZooKeeper, etcd, redis, shared, zk};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn refuses(addr: SocketAddr) -> bool {
+    tokio::net::TcpStream::connect(addr).await.is_err()
+}
+
+/// Waits for a condition with a deadline (never a fixed sleep).
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_answers_and_stops() {
+    let mut r = Redis::start().await.unwrap();
+    let addr = r.addrs()[0];
+    assert!(r.url().starts_with("redis://127.0.0.1:"));
+    assert_eq!(redis::command(addr, &["SET", "k", "v"]).await.unwrap(), "+OK");
+    assert_eq!(redis::command(addr, &["GET", "k"]).await.unwrap(), "$1");
+    let pid = r.members()[0].pid().unwrap();
+    drop(r);
+    assert!(refuses(addr).await, "redis still answers after drop");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || {
+            // A zombie would still have /proc; the launcher reaps, so it must be gone.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_err()
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_five_nodes_kill_restart_pause() {
+    let mut r = Redis::start_many(5).await.unwrap();
+    let addrs = r.addrs();
+    assert_eq!(addrs.len(), 5);
+    for &a in &addrs {
+        assert_eq!(redis::command(a, &["PING"]).await.unwrap(), "+PONG");
+    }
+    // Independent: a key on one is not on another.
+    redis::command(addrs[0], &["SET", "only-here", "1"])
+        .await
+        .unwrap();
+    assert_eq!(
+        redis::command(addrs[1], &["EXISTS", "only-here"]).await.unwrap(),
+        ":0"
+    );
+
+    r.members()[2].kill().unwrap();
+    assert!(redis::command(addrs[2], &["PING"]).await.is_err());
+    assert_eq!(redis::command(addrs[1], &["PING"]).await.unwrap(), "+PONG");
+    r.members()[2].restart().await.unwrap();
+    assert_eq!(redis::command(addrs[2], &["PING"]).await.unwrap(), "+PONG");
+
+    // No persistence: a restart forgets.
+    r.members()[0].restart().await.unwrap();
+    assert_eq!(
+        redis::command(addrs[0], &["EXISTS", "only-here"]).await.unwrap(),
+        ":0"
+    );
+
+    r.members()[3].pause().unwrap();
+    let err = redis::command(addrs[3], &["PING"]).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    r.members()[3].resume().unwrap();
+    assert_eq!(redis::command(addrs[3], &["PING"]).await.unwrap(), "+PONG");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_single_member() {
+    let e = Etcd::start().await.unwrap();
+    let endpoints = e.endpoints();
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(
+        e.etcdctl(&[0], &["put", "dlock-test", "v1"]).unwrap().trim(),
+        "OK"
+    );
+    let got = e
+        .etcdctl(&[0], &["get", "dlock-test", "--print-value-only"])
+        .unwrap();
+    assert_eq!(got.trim(), "v1");
+    let addr: SocketAddr = endpoints[0].trim_start_matches("http://").parse().unwrap();
+    drop(e);
+    assert!(!etcd::healthy(addr).await);
+    assert!(refuses(addr).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_three_members_survive_one_down() {
+    let mut e = Etcd::start_cluster(3).await.unwrap();
+    e.etcdctl(&[0], &["put", "k", "v1"]).unwrap();
+    assert_eq!(
+        e.etcdctl(&[2], &["get", "k", "--print-value-only"])
+            .unwrap()
+            .trim(),
+        "v1"
+    );
+
+    e.members()[1].kill().unwrap();
+    // Two of three still make a quorum (after a new election if the leader died).
+    until("a write with one member down", async || {
+        e.etcdctl(&[0, 2], &["put", "k", "v2"]).is_ok()
+    })
+    .await;
+    e.members()[1].restart().await.unwrap();
+    let addr1 = e.members()[1].addr();
+    until("the restarted member to be healthy", async || {
+        etcd::healthy(addr1).await
+    })
+    .await;
+    assert_eq!(
+        e.etcdctl(&[1], &["get", "k", "--print-value-only"])
+            .unwrap()
+            .trim(),
+        "v2"
+    );
+
+    let addr2 = e.members()[2].addr();
+    e.members()[2].pause().unwrap();
+    assert!(!etcd::healthy(addr2).await, "a paused member answered");
+    e.members()[2].resume().unwrap();
+    until("the resumed member to be healthy", async || {
+        etcd::healthy(addr2).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_standalone() {
+    let z = ZooKeeper::start().await.unwrap();
+    let connect = z.connect_string();
+    let addr: SocketAddr = connect.parse().unwrap();
+    assert_eq!(zk::mode(addr).await.as_deref(), Some("standalone"));
+    let out = zk::cli(&connect, &["create", "/dlock-test", "hello"]).unwrap();
+    assert!(out.contains("Created /dlock-test"), "{out}");
+    let out = zk::cli(&connect, &["get", "/dlock-test"]).unwrap();
+    assert!(out.contains("hello"), "{out}");
+    drop(z);
+    assert!(zk::mode(addr).await.is_none());
+    assert!(refuses(addr).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_ensemble_elects_a_new_leader() {
+    let mut z = ZooKeeper::start_ensemble(3).await.unwrap();
+    let addrs: Vec<SocketAddr> = z.members().iter().map(|m| m.addr()).collect();
+    let mut modes = Vec::new();
+    for &a in &addrs {
+        modes.push(zk::mode(a).await.unwrap());
+    }
+    modes.sort();
+    assert_eq!(modes, ["follower", "follower", "leader"]);
+    let out = zk::cli(&addrs[0].to_string(), &["create", "/dlock-ens", "x"]).unwrap();
+    assert!(out.contains("Created"), "{out}");
+
+    let leader = z.leader().await.unwrap();
+    z.members()[leader].kill().unwrap();
+    let others: Vec<SocketAddr> = (0..3).filter(|&i| i != leader).map(|i| addrs[i]).collect();
+    until("a new leader among the other two", async || {
+        let mut has = false;
+        for &a in &others {
+            has |= zk::mode(a).await.as_deref() == Some("leader");
+        }
+        has
+    })
+    .await;
+    let out = zk::cli(&others[0].to_string(), &["get", "/dlock-ens"]).unwrap();
+    assert!(out.contains('x'), "{out}");
+    z.members()[leader].restart().await.unwrap();
+    assert_eq!(zk::mode(addrs[leader]).await.as_deref(), Some("follower"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_delays_blackholes_resets_and_pauses() {
+    let r = Redis::start().await.unwrap();
+    let proxy = FaultProxy::start(r.addrs()[0]).await.unwrap();
+    let via = proxy.addr();
+    assert_eq!(redis::command(via, &["PING"]).await.unwrap(), "+PONG");
+
+    let d = Duration::from_millis(150);
+    proxy.set(Fault::Delay(d));
+    let t = Instant::now();
+    assert_eq!(redis::command(via, &["PING"]).await.unwrap(), "+PONG");
+    assert!(
+        t.elapsed() >= d * 2,
+        "a delayed round trip took only {:?}",
+        t.elapsed()
+    );
+
+    proxy.set(Fault::Blackhole);
+    let err = redis::command(via, &["PING"]).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    // The server itself is fine.
+    assert_eq!(redis::command(r.addrs()[0], &["PING"]).await.unwrap(), "+PONG");
+
+    proxy.set(Fault::None);
+    assert_eq!(redis::command(via, &["PING"]).await.unwrap(), "+PONG");
+
+    proxy.set(Fault::Reset);
+    let err = redis::command(via, &["PING"]).await.unwrap_err();
+    assert_ne!(
+        err.kind(),
+        std::io::ErrorKind::TimedOut,
+        "a reset should fail fast: {err}"
+    );
+
+    proxy.set(Fault::Pause);
+    let pending = tokio::spawn(async move { redis::command(via, &["PING"]).await });
+    let observed = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < observed {
+        assert!(!pending.is_finished(), "a reply crossed a paused proxy");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.set(Fault::None);
+    assert_eq!(pending.await.unwrap().unwrap(), "+PONG");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_reset_cuts_open_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let r = Redis::start().await.unwrap();
+    let proxy = FaultProxy::start(r.addrs()[0]).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    s.write_all(b"PING\r\n").await.unwrap();
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"+PONG\r\n");
+    proxy.set(Fault::Reset);
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(
+        matches!(r, Ok(0) | Err(_)),
+        "the open connection survived a reset: {r:?}"
+    );
+    assert!(
+        FaultProxy::start("10.0.0.1:6379".parse().unwrap()).await.is_err(),
+        "the proxy forwarded off loopback"
+    );
+}
+
+/// The shared servers of `cargo xtask test` (or private ones under plain
+/// `cargo test`) answer real requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_servers_answer() {
+    let r = shared::redis().await.unwrap();
+    let addr: SocketAddr = r.addresses[0].trim_start_matches("redis://").parse().unwrap();
+    assert_eq!(redis::command(addr, &["PING"]).await.unwrap(), "+PONG");
+
+    let nodes = shared::redis_nodes().await.unwrap();
+    assert_eq!(nodes.addresses.len(), shared::REDIS_NODES);
+    for url in &nodes.addresses {
+        let a: SocketAddr = url.trim_start_matches("redis://").parse().unwrap();
+        assert_eq!(redis::command(a, &["PING"]).await.unwrap(), "+PONG");
+    }
+
+    let e = shared::etcd().await.unwrap();
+    let key = format!("dlock-shared-{}", rand::random::<u32>());
+    etcd::etcdctl(&e.addresses, &["put", &key, "1"]).unwrap();
+    etcd::etcdctl(&e.addresses, &["del", &key]).unwrap();
+
+    let z = shared::zk().await.unwrap();
+    let first: SocketAddr = z.addresses[0].split(',').next().unwrap().parse().unwrap();
+    assert!(zk::mode(first).await.is_some());
+}
