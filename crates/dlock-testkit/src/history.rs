@@ -89,9 +89,24 @@ impl History {
         });
     }
 
-    /// A copy of the events so far.
+    /// Records `op` stamped at `at`, an instant already past: for events whose
+    /// time is known only afterwards (e.g. the moment a paused client's grant
+    /// stopped being valid: its local deadline).
+    pub fn record_at(&self, at: Instant, client: usize, key: &str, op: Op) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        events.push(Event {
+            at: at.saturating_duration_since(self.start),
+            client,
+            key: key.to_owned(),
+            op,
+        });
+    }
+
+    /// A copy of the events so far, in time order.
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        events.sort_by_key(|e| e.at); // stable: same-instant events keep their order
+        events
     }
 
     /// Checks the history. `exclusion`: the backend promises no overlapping
@@ -172,7 +187,7 @@ impl fmt::Display for Report {
     }
 }
 
-/// Checks a list of events (in time order); see the module docs.
+/// Checks a list of events, which must be in time order; see the module docs.
 pub fn check(events: &[Event], exclusion: bool, fencing: bool) -> Report {
     let mut report = Report::default();
     let mut holds: Vec<Hold> = Vec::new();

@@ -1,0 +1,55 @@
+//! The shared local servers: started for `cargo xtask test` and
+//! `cargo xtask servers`.
+
+use dlock_testkit::launcher::shared::{ETCD_VAR, REDIS_NODES, REDIS_NODES_VAR, REDIS_VAR, ZK_VAR};
+use dlock_testkit::launcher::{Etcd, Redis, ZooKeeper};
+
+/// One of each server the tests share. Dropping it stops them all.
+pub struct Servers {
+    redis: Redis,
+    redis_nodes: Redis,
+    etcd: Etcd,
+    zk: ZooKeeper,
+}
+
+impl Servers {
+    /// Starts them all (concurrently) and waits until each is ready.
+    pub async fn start() -> Result<Self, String> {
+        let (redis, redis_nodes, etcd, zk) = tokio::join!(
+            Redis::start(),
+            Redis::start_many(REDIS_NODES),
+            Etcd::start(),
+            ZooKeeper::start()
+        );
+        Ok(Servers {
+            redis: redis.map_err(|e| e.to_string())?,
+            redis_nodes: redis_nodes.map_err(|e| e.to_string())?,
+            etcd: etcd.map_err(|e| e.to_string())?,
+            zk: zk.map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// The environment variables that point tests at these servers.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (REDIS_VAR, self.redis.url()),
+            (REDIS_NODES_VAR, self.redis_nodes.urls().join(",")),
+            (ETCD_VAR, self.etcd.endpoints().join(",")),
+            (ZK_VAR, self.zk.connect_string()),
+        ]
+    }
+}
+
+/// `cargo xtask servers`.
+pub async fn run() -> Result<(), String> {
+    crate::setup::ensure_packages()?;
+    let servers = Servers::start().await?;
+    println!("local servers (stopped on Ctrl-C):");
+    for (var, value) in servers.env() {
+        println!("export {var}={value}");
+    }
+    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    drop(servers);
+    println!("stopped");
+    Ok(())
+}
