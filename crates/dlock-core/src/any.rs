@@ -87,17 +87,13 @@ impl Lock for AnyLock {
     }
 
     /// See [`Lock::acquire`]; forwards to the driver.
-    fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> impl Future<Output = Result<AnyGuard>> + Send {
-        async move { self.0.acquire(key, opts).await }
+    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
+        self.0.acquire(key, opts).await
     }
 
     /// See [`Lock::try_acquire`]; forwards to the driver's own `try_acquire`.
-    fn try_acquire(
-        &self,
-        key: &LockKey,
-        opts: AcquireOptions,
-    ) -> impl Future<Output = Result<Option<AnyGuard>>> + Send {
-        async move { self.0.try_acquire(key, opts).await }
+    async fn try_acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<Option<AnyGuard>> {
+        self.0.try_acquire(key, opts).await
     }
 }
 

@@ -453,56 +453,54 @@ impl Lock for MemLock {
     ///
     /// Cancel safe: a dropped call removes its waiter at once, or releases the
     /// grant if the hand-off reached it in the meantime.
-    fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> impl Future<Output = Result<MemGuard>> + Send {
-        async move {
-            self.check_up()?;
-            if let Ok(handle) = Handle::try_current() {
-                *self.server.runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-            }
-            let started = Instant::now();
-            let ttl = opts.ttl.max(MEM_MIN_TTL);
-            let timeout = || Error::Timeout {
-                key: key.as_str().to_owned(),
-            };
-            let (id, rx) = {
-                let mut st = self.server.state();
-                self.server.reap_if_due(&mut st, key);
-                st.last_id += 1;
-                let id = st.last_id;
-                let free = st.keys.get(key).is_none_or(|e| e.holder.is_none());
-                if free {
-                    let grant = self.server.grant(&mut st, key, id, ttl);
-                    drop(st);
-                    return Ok(self.guard(key, id, grant, opts, ttl));
-                }
-                if opts.wait == Wait::No {
-                    return Err(timeout());
-                }
-                let (tx, rx) = oneshot::channel();
-                st.keys
-                    .entry(key.clone())
-                    .or_default()
-                    .waiters
-                    .push_back(Waiter { id, ttl, grant: tx });
-                (id, rx)
-            };
-            let mut registration = Registration {
-                server: &self.server,
-                key,
-                id,
-                armed: true,
-            };
-            let grant = match opts.wait {
-                Wait::For(d) => match tokio::time::timeout_at((started + d).into(), rx).await {
-                    Ok(grant) => grant,
-                    Err(_) => return Err(timeout()),
-                },
-                Wait::Forever | Wait::No => rx.await,
-            };
-            let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
-            registration.armed = false;
-            Ok(self.guard(key, id, grant, opts, ttl))
+    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+        self.check_up()?;
+        if let Ok(handle) = Handle::try_current() {
+            *self.server.runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
+        let started = Instant::now();
+        let ttl = opts.ttl.max(MEM_MIN_TTL);
+        let timeout = || Error::Timeout {
+            key: key.as_str().to_owned(),
+        };
+        let (id, rx) = {
+            let mut st = self.server.state();
+            self.server.reap_if_due(&mut st, key);
+            st.last_id += 1;
+            let id = st.last_id;
+            let free = st.keys.get(key).is_none_or(|e| e.holder.is_none());
+            if free {
+                let grant = self.server.grant(&mut st, key, id, ttl);
+                drop(st);
+                return Ok(self.guard(key, id, grant, opts, ttl));
+            }
+            if opts.wait == Wait::No {
+                return Err(timeout());
+            }
+            let (tx, rx) = oneshot::channel();
+            st.keys
+                .entry(key.clone())
+                .or_default()
+                .waiters
+                .push_back(Waiter { id, ttl, grant: tx });
+            (id, rx)
+        };
+        let mut registration = Registration {
+            server: &self.server,
+            key,
+            id,
+            armed: true,
+        };
+        let grant = match opts.wait {
+            Wait::For(d) => match tokio::time::timeout_at((started + d).into(), rx).await {
+                Ok(grant) => grant,
+                Err(_) => return Err(timeout()),
+            },
+            Wait::Forever | Wait::No => rx.await,
+        };
+        let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
+        registration.armed = false;
+        Ok(self.guard(key, id, grant, opts, ttl))
     }
 }
 
@@ -570,19 +568,17 @@ impl Guard for MemGuard {
     /// # Cancel safety
     ///
     /// The future completes on its first poll; there is nothing to cancel.
-    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            self.lock.check_up()?;
-            let ttl = ttl.max(MEM_MIN_TTL);
-            let sent = Instant::now();
-            self.lock
-                .server
-                .extend(&self.key, self.id, ttl)
-                .map_err(|r| r.into_error(&self.key))?;
-            let deadline = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
-            *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
-            Ok(())
-        }
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.lock.check_up()?;
+        let ttl = ttl.max(MEM_MIN_TTL);
+        let sent = Instant::now();
+        self.lock
+            .server
+            .extend(&self.key, self.id, ttl)
+            .map_err(|r| r.into_error(&self.key))?;
+        let deadline = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
+        *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+        Ok(())
     }
 
     /// See [`Guard::release`].
@@ -595,16 +591,14 @@ impl Guard for MemGuard {
     /// # Cancel safety
     ///
     /// The future completes on its first poll; there is nothing to cancel.
-    fn release(mut self) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            self.stop_watchdog();
-            self.lock.check_up()?;
-            self.released = true;
-            self.lock
-                .server
-                .release(&self.key, self.id)
-                .map_err(|r| r.into_error(&self.key))
-        }
+    async fn release(mut self) -> Result<()> {
+        self.stop_watchdog();
+        self.lock.check_up()?;
+        self.released = true;
+        self.lock
+            .server
+            .release(&self.key, self.id)
+            .map_err(|r| r.into_error(&self.key))
     }
 }
 

@@ -12,12 +12,8 @@
 //! - [`launcher`]: real `redis-server`, etcd and ZooKeeper processes on free
 //!   loopback ports, plus a TCP fault proxy.
 //!
-//! A new driver's test file is three lines:
-//!
-//! ```ignore
-//! async fn factory() -> MyFactory { MyFactory::connect(/* servers */).await }
-//! dlock_testkit::conformance_tests!(factory);
-//! ```
+//! A new driver's test file is a factory function and one macro call (see
+//! [`conformance_tests!`]); `tests/mem.rs` in this crate is the example.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -31,4 +27,6 @@ pub mod scenarios;
 
 pub use factory::{LockFactory, MemFactory};
 pub use outcome::{Failure, Outcome, Verdict, wait_until, within};
-pub use runner::{SCENARIO_LIMIT, Scenario, all_scenarios, run_all, run_one, run_scenario_test};
+pub use runner::{
+    SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, run_all, run_one, run_scenario_test,
+};

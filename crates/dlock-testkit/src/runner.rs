@@ -12,12 +12,15 @@ use crate::scenarios::{self, Ctx};
 /// The longest any one scenario may take, clean-up check included.
 pub const SCENARIO_LIMIT: Duration = Duration::from_secs(180);
 
+/// A running scenario's future.
+pub type ScenarioFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
 /// A scenario by name, runnable against any factory of type `F`.
 pub struct Scenario<F> {
     /// The scenario's name (its function's name).
     pub name: &'static str,
     /// Runs it.
-    pub run: fn(Ctx<F>) -> Pin<Box<dyn Future<Output = Outcome> + Send>>,
+    pub run: fn(Ctx<F>) -> ScenarioFuture,
 }
 
 impl<F> std::fmt::Debug for Scenario<F> {
@@ -140,11 +143,12 @@ where
 /// that makes the factory for one test. The calling crate needs `tokio` with
 /// the `macros` and `rt-multi-thread` features as a (dev-)dependency.
 ///
-/// ```ignore
+/// ```
 /// async fn factory() -> dlock_testkit::MemFactory {
 ///     dlock_testkit::MemFactory::new()
 /// }
 /// dlock_testkit::conformance_tests!(factory);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {

@@ -56,7 +56,7 @@ impl ZooKeeper {
             })
             .collect();
         let mut members = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, &client_port) in client.iter().enumerate() {
             let data = dir.path().join(format!("z{i}"));
             std::fs::create_dir_all(&data)?;
             let tick = TICK.as_millis();
@@ -65,7 +65,7 @@ impl ZooKeeper {
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
                  maxSessionTimeout=120000\nmaxClientCnxns=0\n",
                 data.display(),
-                client[i]
+                client_port
             );
             if n > 1 {
                 std::fs::write(data.join("myid"), format!("{}\n", i + 1))?;
@@ -87,7 +87,7 @@ impl ZooKeeper {
             ];
             members.push(Member::new(
                 format!("zk-{i}"),
-                loopback(client[i]),
+                loopback(client_port),
                 JAVA,
                 args,
                 dir.path().join(format!("z{i}.log")),
