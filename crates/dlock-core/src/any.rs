@@ -67,6 +67,12 @@ impl AnyLock {
     pub fn new<L: Lock>(lock: L) -> Self {
         AnyLock(Arc::new(lock))
     }
+
+    /// `true` when both handles are clones of one `AnyLock` (the same driver
+    /// handle, hence the same client).
+    pub fn same_handle(&self, other: &AnyLock) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl std::fmt::Debug for AnyLock {
