@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dlock_core::{AnyLock, LockKey, MemLock, Result};
-use dlock_testkit::LockFactory;
+use dlock_testkit::{LockFactory, MemFactory};
 
 #[derive(Clone, Default)]
 struct AnyFactory {
-    backend: MemLock,
+    inner: MemFactory,
     clients: Arc<Mutex<Vec<(AnyLock, MemLock)>>>,
 }
 
@@ -20,7 +20,7 @@ impl LockFactory for AnyFactory {
     }
 
     async fn client(&self) -> Result<AnyLock> {
-        let mem = self.backend.client();
+        let mem = self.inner.client().await?;
         let any = AnyLock::new(mem.clone());
         self.clients
             .lock()
@@ -39,16 +39,11 @@ impl LockFactory for AnyFactory {
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        Ok(self
-            .backend
-            .keys_in_use(namespace)
-            .into_iter()
-            .map(|k| k.as_str().to_owned())
-            .collect())
+        self.inner.residue(namespace).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
-        Ok(Some(self.backend.contenders(key)))
+        self.inner.contenders(key).await
     }
 }
 
