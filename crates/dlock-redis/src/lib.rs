@@ -1,0 +1,68 @@
+//! # dlock-redis
+//!
+//! A [`dlock_core::Lock`] on one Redis server (or a Redis Cluster), with
+//! fencing tokens.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use dlock_core::{AcquireOptions, Guard, Lock, LockKey};
+//! use dlock_redis::{RedisConfig, RedisLock};
+//!
+//! # #[tokio::main] async fn main() -> dlock_core::Result<()> {
+//! let lock = RedisLock::connect(RedisConfig::from_url("redis://127.0.0.1:6379")).await?;
+//! let key = LockKey::new("nightly-report")?;
+//! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
+//! println!("holding with token {:?}", guard.token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//! (`cargo test -p dlock-redis` runs the same steps against a real server.)
+//!
+//! ## Protocol
+//!
+//! The whole protocol is in [`scripts`]: the key layout and three Lua
+//! scripts.
+//!
+//! - **acquire** = one script: `SET key value NX PX ttl` and, only if that
+//!   succeeded, `INCR` of the key's fence counter (seeded from the server's
+//!   `TIME` in microseconds when absent). The token comes back with the grant.
+//! - **release / extend** = compare-value scripts with three outcomes: done,
+//!   already expired ([`Error::Lost`](dlock_core::Error::Lost)), held by
+//!   someone else ([`Error::NotHeld`](dlock_core::Error::NotHeld)). Extend never
+//!   re-creates an expired key; release never deletes a value it did not write.
+//! - **waiting**: the release script publishes on the key's channel; waiters
+//!   (one subscriber connection per [`RedisLock`], one subscription per
+//!   waited-on key) retry when told, polling with jitter, never longer than
+//!   the holder's remaining TTL, as the fallback: a lost message costs at
+//!   most one poll.
+//! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`; the local
+//!   deadline runs from the acquire's send time minus drift.
+//!
+//! ## Guarantees
+//!
+//! - [`Capabilities`](dlock_core::Capabilities): strict fencing, not FIFO,
+//!   notified waiting.
+//! - Fencing tokens increase across a restart of a Redis without persistence
+//!   (the counter is re-seeded from the clock). They could go backwards only
+//!   if the counter is lost *and* the server's clock went back past the last
+//!   token.
+//! - Exclusion holds while the one server holds its data: with replication,
+//!   a failover can lose a lock that was not yet replicated. Where that
+//!   matters, check the token at the resource ([`dlock_core::Fence`]).
+//! - Works against a Redis Cluster (`redis-cluster://` URLs): scripts touch
+//!   only keys passed in `KEYS`, and a lock key shares its hash slot with its
+//!   fence counter.
+//! - Interoperates with other clients' `SET name value NX PX ttl` locks on
+//!   the same names when `key_prefix` is empty.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod config;
+mod guard;
+mod lock;
+pub mod scripts;
+mod waiters;
+
+pub use config::{RedisConfig, redact_url};
+pub use guard::RedisGuard;
+pub use lock::{Holder, MIN_TTL, RedisLock};
