@@ -1,13 +1,16 @@
 //! The shared local servers: started for `cargo xtask test` and
 //! `cargo xtask servers`.
 
-use dlock_testkit::launcher::shared::{ETCD_VAR, REDIS_NODES, REDIS_NODES_VAR, REDIS_VAR, ZK_VAR};
+use dlock_testkit::launcher::shared::{
+    ETCD_VAR, REDIS_CLUSTER_VAR, REDIS_NODES, REDIS_NODES_VAR, REDIS_VAR, ZK_VAR,
+};
 use dlock_testkit::launcher::{Etcd, Redis, ZooKeeper};
 
 /// One of each server the tests share. Dropping it stops them all.
 pub struct Servers {
     redis: Redis,
     redis_nodes: Redis,
+    redis_cluster: Redis,
     etcd: Etcd,
     zk: ZooKeeper,
 }
@@ -15,15 +18,17 @@ pub struct Servers {
 impl Servers {
     /// Starts them all (concurrently) and waits until each is ready.
     pub async fn start() -> Result<Self, String> {
-        let (redis, redis_nodes, etcd, zk) = tokio::join!(
+        let (redis, redis_nodes, redis_cluster, etcd, zk) = tokio::join!(
             Redis::start(),
             Redis::start_many(REDIS_NODES),
+            Redis::start_cluster(3),
             Etcd::start(),
             ZooKeeper::start()
         );
         Ok(Servers {
             redis: redis.map_err(|e| e.to_string())?,
             redis_nodes: redis_nodes.map_err(|e| e.to_string())?,
+            redis_cluster: redis_cluster.map_err(|e| e.to_string())?,
             etcd: etcd.map_err(|e| e.to_string())?,
             zk: zk.map_err(|e| e.to_string())?,
         })
@@ -34,6 +39,10 @@ impl Servers {
         vec![
             (REDIS_VAR, self.redis.url()),
             (REDIS_NODES_VAR, self.redis_nodes.urls().join(",")),
+            (
+                REDIS_CLUSTER_VAR,
+                self.redis_cluster.cluster_url().unwrap_or_default(),
+            ),
             (ETCD_VAR, self.etcd.endpoints().join(",")),
             (ZK_VAR, self.zk.connect_string()),
         ]

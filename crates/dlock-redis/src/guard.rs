@@ -1,6 +1,5 @@
 //! [`RedisGuard`] and its keeper task: the local deadline, the watchdog.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -179,23 +178,21 @@ impl Guard for RedisGuard {
     ///
     /// Dropping the future may or may not leave the TTL extended; the local
     /// deadline moves only on a confirmed extend.
-    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            if self.lock.is_abandoned() {
-                return Err(Error::unavailable(
-                    crate::lock::BACKEND,
-                    "this RedisLock was abandoned",
-                ));
-            }
-            let ttl = ttl.max(crate::MIN_TTL);
-            let sent = Instant::now();
-            let outcome = self.lock.run_extend(&self.lock_key, &self.value, ttl).await?;
-            match outcome {
-                Outcome::Done => self.shared.move_deadline(local_deadline(sent, ttl)),
-                Outcome::Expired | Outcome::HeldByOther => self.shared.lost.fire(),
-            }
-            outcome.into_result(&self.key)
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        if self.lock.is_abandoned() {
+            return Err(Error::unavailable(
+                crate::lock::BACKEND,
+                "this RedisLock was abandoned",
+            ));
         }
+        let ttl = ttl.max(crate::MIN_TTL);
+        let sent = Instant::now();
+        let outcome = self.lock.run_extend(&self.lock_key, &self.value, ttl).await?;
+        match outcome {
+            Outcome::Done => self.shared.move_deadline(local_deadline(sent, ttl)),
+            Outcome::Expired | Outcome::HeldByOther => self.shared.lost.fire(),
+        }
+        outcome.into_result(&self.key)
     }
 
     /// See [`Guard::release`]: a compare-value `DEL` that announces the
@@ -211,20 +208,18 @@ impl Guard for RedisGuard {
     ///
     /// Dropping the future after the script was sent may or may not release;
     /// the TTL is the backstop.
-    fn release(mut self) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            self.keeper.abort();
-            self.released = true;
-            if self.lock.is_abandoned() {
-                return Err(Error::unavailable(
-                    crate::lock::BACKEND,
-                    "this RedisLock was abandoned",
-                ));
-            }
-            let outcome = self.lock.run_release(&self.lock_key, &self.value).await?;
-            self.shared.lost.fire();
-            outcome.into_result(&self.key)
+    async fn release(mut self) -> Result<()> {
+        self.keeper.abort();
+        self.released = true;
+        if self.lock.is_abandoned() {
+            return Err(Error::unavailable(
+                crate::lock::BACKEND,
+                "this RedisLock was abandoned",
+            ));
         }
+        let outcome = self.lock.run_release(&self.lock_key, &self.value).await?;
+        self.shared.lost.fire();
+        outcome.into_result(&self.key)
     }
 }
 

@@ -1,6 +1,5 @@
 //! [`RedisLock`]: connecting, acquiring, waiting, and the operator views.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -146,8 +145,23 @@ pub(crate) fn map_err(e: fred::error::Error) -> Error {
             Error::unavailable(BACKEND, e)
         }
         K::Config | K::Url | K::Auth => Error::InvalidConfig(format!("redis: {e}")),
+        // fred reports "no connection to send this on" with kind Unknown.
+        K::Unknown if is_connection_failure(e.details()) => Error::unavailable(BACKEND, e),
         _ => Error::backend(BACKEND, e),
     }
+}
+
+fn is_connection_failure(details: &str) -> bool {
+    let d = details.to_ascii_lowercase();
+    [
+        "failed to route",
+        "connection closed",
+        "disconnected",
+        "not connected",
+        "canceled",
+    ]
+    .iter()
+    .any(|m| d.contains(m))
 }
 
 fn host_name() -> String {
@@ -516,67 +530,61 @@ impl Lock for RedisLock {
     ///
     /// Cancel safe: a dropped call sends a compare-value release for an
     /// attempt whose answer it did not see, and gives up its subscription.
-    fn acquire(
-        &self,
-        key: &LockKey,
-        opts: AcquireOptions,
-    ) -> impl Future<Output = Result<RedisGuard>> + Send {
-        async move {
-            self.check_up()?;
-            let started = Instant::now();
-            let lock_key = self.redis_key(key)?;
-            let fence_key =
-                scripts::fence_key(&lock_key).unwrap_or_else(|| format!("{{{lock_key}}}{FENCE_SUFFIX}"));
-            let ttl = opts.ttl.max(MIN_TTL);
-            let deadline = match opts.wait {
-                Wait::No => Some(started),
-                Wait::For(d) => Some(started + d),
-                Wait::Forever => None,
-            };
-            let timeout = || Error::Timeout {
-                key: key.as_str().to_owned(),
-            };
-            let grant = |attempt| match attempt {
-                Attempt::Granted { token, value, sent } => Some(RedisGuard::new(
-                    self.clone(),
-                    key.clone(),
-                    lock_key.clone(),
-                    value,
-                    token,
-                    ttl,
-                    sent,
-                    opts,
-                )),
-                Attempt::Held { .. } => None,
-            };
-            let first = self.attempt(&lock_key, &fence_key, ttl).await?;
-            if let granted @ Attempt::Granted { .. } = first {
-                return grant(granted).ok_or_else(timeout);
-            }
-            if opts.wait == Wait::No {
+    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
+        self.check_up()?;
+        let started = Instant::now();
+        let lock_key = self.redis_key(key)?;
+        let fence_key =
+            scripts::fence_key(&lock_key).unwrap_or_else(|| format!("{{{lock_key}}}{FENCE_SUFFIX}"));
+        let ttl = opts.ttl.max(MIN_TTL);
+        let deadline = match opts.wait {
+            Wait::No => Some(started),
+            Wait::For(d) => Some(started + d),
+            Wait::Forever => None,
+        };
+        let timeout = || Error::Timeout {
+            key: key.as_str().to_owned(),
+        };
+        let grant = |attempt| match attempt {
+            Attempt::Granted { token, value, sent } => Some(RedisGuard::new(
+                self.clone(),
+                key.clone(),
+                lock_key.clone(),
+                value,
+                token,
+                ttl,
+                sent,
+                opts,
+            )),
+            Attempt::Held { .. } => None,
+        };
+        let first = self.attempt(&lock_key, &fence_key, ttl).await?;
+        if let granted @ Attempt::Granted { .. } = first {
+            return grant(granted).ok_or_else(timeout);
+        }
+        if opts.wait == Wait::No {
+            return Err(timeout());
+        }
+        let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
+        loop {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(timeout());
             }
-            let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
-            loop {
-                let now = Instant::now();
-                if deadline.is_some_and(|d| now >= d) {
-                    return Err(timeout());
-                }
-                let notified = waiting.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let pttl = match self.attempt(&lock_key, &fence_key, ttl).await? {
-                    Attempt::Held { pttl } => pttl,
-                    granted => return grant(granted).ok_or_else(timeout),
-                };
-                let mut wake = Instant::now() + jittered(pttl);
-                if let Some(d) = deadline {
-                    wake = wake.min(d);
-                }
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(wake.into()) => {}
-                }
+            let notified = waiting.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let pttl = match self.attempt(&lock_key, &fence_key, ttl).await? {
+                Attempt::Held { pttl } => pttl,
+                granted => return grant(granted).ok_or_else(timeout),
+            };
+            let mut wake = Instant::now() + jittered(pttl);
+            if let Some(d) = deadline {
+                wake = wake.min(d);
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
     }

@@ -81,6 +81,33 @@ async fn redis_five_nodes_kill_restart_pause() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_forms_and_routes() {
+    let mut r = Redis::start_cluster(3).await.unwrap();
+    let url = r.cluster_url().unwrap();
+    assert!(
+        url.starts_with("redis-cluster://127.0.0.1:") && url.matches("node=").count() == 2,
+        "{url}"
+    );
+    // Keys land on different masters: a key on the wrong node gets MOVED.
+    let addrs = r.addrs();
+    let mut moved = 0;
+    for &a in &addrs {
+        let reply = redis::command(a, &["SET", "some-key", "1"]).await.unwrap();
+        if reply.starts_with("-MOVED") {
+            moved += 1;
+        } else {
+            assert_eq!(reply, "+OK");
+        }
+    }
+    assert_eq!(moved, 2, "exactly one master owns the slot");
+    r.members()[1].kill().unwrap();
+    assert!(redis::command(addrs[1], &["PING"]).await.is_err());
+    r.members()[1].restart().await.unwrap();
+    assert_eq!(redis::command(addrs[1], &["PING"]).await.unwrap(), "+PONG");
+    assert!(Redis::start_many(1).await.unwrap().cluster_url().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_single_member() {
     let e = Etcd::start().await.unwrap();
     let endpoints = e.endpoints();
@@ -267,6 +294,9 @@ async fn shared_servers_answer() {
         let a: SocketAddr = url.trim_start_matches("redis://").parse().unwrap();
         assert_eq!(redis::command(a, &["PING"]).await.unwrap(), "+PONG");
     }
+
+    let c = shared::redis_cluster().await.unwrap();
+    assert!(c.addresses[0].starts_with("redis-cluster://"));
 
     let e = shared::etcd().await.unwrap();
     let key = format!("dlock-shared-{}", rand::random::<u32>());

@@ -88,6 +88,7 @@ pub fn missing_packages() -> Vec<&'static str> {
     let mut missing = Vec::new();
     for (package, file) in [
         ("redis-server", redis::SERVER),
+        ("redis-tools", redis::CLI),
         ("etcd-server", etcd::SERVER),
         ("etcd-client", etcd::CTL),
         ("zookeeper", zk::JAR),

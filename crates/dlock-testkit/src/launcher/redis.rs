@@ -11,12 +11,14 @@ use super::member::{Member, start_all};
 use super::{LaunchError, free_ports, loopback};
 
 pub(crate) const SERVER: &str = "/usr/bin/redis-server";
+pub(crate) const CLI: &str = "/usr/bin/redis-cli";
 
 /// One or more independent `redis-server` processes, without persistence
 /// (`save ""`, no AOF), each on its own free loopback port and directory.
 #[derive(Debug)]
 pub struct Redis {
     members: Vec<Member>,
+    cluster: bool,
     _dir: TempDir,
 }
 
@@ -36,13 +38,70 @@ impl Redis {
     ///
     /// As [`start`](Self::start).
     pub async fn start_many(n: usize) -> Result<Self, LaunchError> {
+        Self::launch(n, false).await
+    }
+
+    /// Starts a Redis Cluster of `n` masters (no replicas; `n >= 3`), forms it
+    /// with `redis-cli --cluster create`, and waits until every node reports
+    /// `cluster_state:ok`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start), or if the cluster does not form in time.
+    pub async fn start_cluster(n: usize) -> Result<Self, LaunchError> {
+        let redis = Self::launch(n, true).await?;
+        let nodes: Vec<String> = redis.addrs().iter().map(ToString::to_string).collect();
+        let mut create = vec!["--cluster", "create"];
+        create.extend(nodes.iter().map(String::as_str));
+        create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = std::process::Command::new(CLI)
+            .args(&create)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| LaunchError(format!("cannot run {CLI}: {e}")))?;
+        if !out.status.success() {
+            return Err(LaunchError(format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for addr in redis.addrs() {
+            loop {
+                let info = std::process::Command::new(CLI)
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        &addr.port().to_string(),
+                        "cluster",
+                        "info",
+                    ])
+                    .output()?;
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(LaunchError(format!(
+                        "redis cluster node {addr} not ok within 30s"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(redis)
+    }
+
+    async fn launch(n: usize, cluster: bool) -> Result<Self, LaunchError> {
         let dir = tempfile::Builder::new().prefix("dlock-redis-").tempdir()?;
-        let ports = free_ports(n)?;
+        let ports = free_ports(2 * n)?;
+        let (ports, bus_ports) = ports.split_at(n);
         let mut members = Vec::with_capacity(n);
-        for (i, port) in ports.into_iter().enumerate() {
+        for (i, &port) in ports.iter().enumerate() {
             let data = dir.path().join(format!("r{i}"));
             std::fs::create_dir_all(&data)?;
-            let args = [
+            let mut args: Vec<String> = [
                 "--port",
                 &port.to_string(),
                 "--bind",
@@ -58,6 +117,21 @@ impl Redis {
             ]
             .map(str::to_owned)
             .to_vec();
+            if cluster {
+                args.extend(
+                    [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-port",
+                        &bus_ports[i].to_string(),
+                        "--cluster-node-timeout",
+                        "5000",
+                    ]
+                    .map(str::to_owned),
+                );
+            }
             members.push(Member::new(
                 format!("redis-{i}"),
                 loopback(port),
@@ -71,7 +145,23 @@ impl Redis {
             ));
         }
         start_all(&mut members).await?;
-        Ok(Redis { members, _dir: dir })
+        Ok(Redis {
+            members,
+            cluster,
+            _dir: dir,
+        })
+    }
+
+    /// For a cluster: `redis-cluster://127.0.0.1:P1?node=127.0.0.1:P2&...`,
+    /// the URL form `dlock-redis` (and fred) take; `None` otherwise.
+    pub fn cluster_url(&self) -> Option<String> {
+        if !self.cluster {
+            return None;
+        }
+        let addrs = self.addrs();
+        let (first, rest) = addrs.split_first()?;
+        let nodes: Vec<String> = rest.iter().map(|a| format!("node={a}")).collect();
+        Some(format!("redis-cluster://{first}?{}", nodes.join("&")))
     }
 
     /// `redis://127.0.0.1:PORT` of the first instance.

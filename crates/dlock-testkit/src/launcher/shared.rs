@@ -1,13 +1,14 @@
 //! Shared servers for a test run.
 //!
-//! `cargo xtask test` starts one Redis, five independent Redis instances, one
-//! etcd and one ZooKeeper before running the tests, and tells the tests where
+//! `cargo xtask test` starts one Redis, five independent Redis instances, a
+//! three-master Redis Cluster, one etcd and one ZooKeeper before running the tests, and tells the tests where
 //! they are through these variables:
 //!
 //! | variable | value |
 //! |---|---|
 //! | `DLOCK_TEST_REDIS` | `redis://127.0.0.1:PORT` |
 //! | `DLOCK_TEST_REDIS_NODES` | five such URLs, comma-separated |
+//! | `DLOCK_TEST_REDIS_CLUSTER` | `redis-cluster://127.0.0.1:P1?node=127.0.0.1:P2&node=...` (3 masters) |
 //! | `DLOCK_TEST_ETCD` | `http://127.0.0.1:PORT` (comma-separated if several) |
 //! | `DLOCK_TEST_ZK` | `127.0.0.1:PORT` (comma-separated if several) |
 //!
@@ -22,6 +23,9 @@ use super::{Etcd, LaunchError, Redis, ZooKeeper};
 pub const REDIS_VAR: &str = "DLOCK_TEST_REDIS";
 /// The environment variable naming the shared independent Redis nodes.
 pub const REDIS_NODES_VAR: &str = "DLOCK_TEST_REDIS_NODES";
+/// The environment variable naming the shared Redis Cluster (a
+/// `redis-cluster://` URL).
+pub const REDIS_CLUSTER_VAR: &str = "DLOCK_TEST_REDIS_CLUSTER";
 /// The environment variable naming the shared etcd.
 pub const ETCD_VAR: &str = "DLOCK_TEST_ETCD";
 /// The environment variable naming the shared ZooKeeper.
@@ -82,6 +86,28 @@ pub async fn redis_nodes() -> Result<Endpoint<Redis>, LaunchError> {
     let server = Redis::start_many(REDIS_NODES).await?;
     Ok(Endpoint {
         addresses: server.urls(),
+        server: Some(server),
+    })
+}
+
+/// The shared Redis Cluster (3 masters), or a private one.
+///
+/// # Errors
+///
+/// As [`redis`].
+pub async fn redis_cluster() -> Result<Endpoint<Redis>, LaunchError> {
+    if let Some(addresses) = from_env(REDIS_CLUSTER_VAR)? {
+        return Ok(Endpoint {
+            addresses,
+            server: None,
+        });
+    }
+    let server = Redis::start_cluster(3).await?;
+    let url = server
+        .cluster_url()
+        .ok_or_else(|| LaunchError("a cluster without a cluster URL".to_owned()))?;
+    Ok(Endpoint {
+        addresses: vec![url],
         server: Some(server),
     })
 }

@@ -1,0 +1,268 @@
+//! Redis-specific behaviour against real servers: restarts, interop with
+//! plain `SET NX PX` locks, bad servers and bad input, operator views, and
+//! the connection budget.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
+use dlock_redis::{RedisConfig, RedisLock};
+use dlock_testkit::launcher::{Redis, redis::command};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+fn ns() -> String {
+    format!("t{:x}/", rand::random::<u64>())
+}
+
+async fn connect(server: &Redis, prefix: &str) -> RedisLock {
+    RedisLock::connect(RedisConfig::from_url(server.url()).key_prefix(prefix))
+        .await
+        .unwrap()
+}
+
+fn addr(server: &Redis) -> SocketAddr {
+    server.addrs()[0]
+}
+
+/// Acquires, retrying while the client reconnects, within [`LIMIT`].
+async fn acquire_when_reachable(lock: &RedisLock, k: &LockKey) -> dlock_redis::RedisGuard {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        match lock.acquire(k, AcquireOptions::default().wait(Wait::No)).await {
+            Ok(g) => return g,
+            Err(Error::Unavailable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("acquire after restart: {e:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_across_a_restart_without_persistence() {
+    let mut server = Redis::start().await.unwrap();
+    let lock = connect(&server, "dlock:").await;
+    let k = key("restart");
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t1 = g.token().unwrap();
+    g.release().await.unwrap();
+    server.members()[0].restart().await.unwrap();
+    // Nothing survived the restart, the counter included.
+    assert_eq!(command(addr(&server), &["DBSIZE"]).await.unwrap(), ":0");
+    let g = acquire_when_reachable(&lock, &k).await;
+    let t2 = g.token().unwrap();
+    assert!(t2 > t1, "token went from {t1} to {t2} across a restart");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_set_nx_px_locks_and_dlock_exclude_each_other() {
+    let server = Redis::start().await.unwrap();
+    let a = addr(&server);
+    let lock = connect(&server, "").await;
+    let name = format!("{}job", ns());
+    let k = key(&name);
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(10));
+
+    // Another client's lock blocks dlock, and dlock can tell who holds it.
+    assert_eq!(
+        command(a, &["SET", &name, "other-client", "NX", "PX", "10000"])
+            .await
+            .unwrap(),
+        "+OK"
+    );
+    assert!(lock.try_acquire(&k, opts).await.unwrap().is_none());
+    let holder = lock.holder(&k).await.unwrap().unwrap();
+    assert_eq!(holder.value, "other-client");
+    assert!(holder.info.is_none());
+    assert!(holder.remaining.is_some_and(|r| r <= Duration::from_secs(10)));
+    assert_eq!(command(a, &["DEL", &name]).await.unwrap(), ":1");
+
+    // dlock's lock blocks the other client's SET NX.
+    let g = lock.acquire(&k, opts).await.unwrap();
+    assert_eq!(
+        command(a, &["SET", &name, "other-client", "NX", "PX", "10000"])
+            .await
+            .unwrap(),
+        "$-1"
+    );
+    g.release().await.unwrap();
+    assert_eq!(command(a, &["EXISTS", &name]).await.unwrap(), ":0");
+
+    // A release after expiry never deletes a value dlock did not write.
+    let g = lock
+        .acquire(&k, opts.ttl(Duration::from_millis(200)).auto_extend(false))
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, g.lost().wait()).await.unwrap();
+    let deadline = Instant::now() + LIMIT;
+    while command(a, &["SET", &name, "newcomer", "NX", "PX", "10000"])
+        .await
+        .unwrap()
+        != "+OK"
+    {
+        assert!(Instant::now() < deadline, "the expired key never went away");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    assert_eq!(
+        command(a, &["GET", &name]).await.unwrap(),
+        "$8",
+        "the newcomer's value was touched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_down_is_unavailable_within_the_connect_timeout() {
+    let port = dlock_testkit::launcher::free_ports(1).unwrap()[0];
+    let config = RedisConfig::from_url(format!("redis://127.0.0.1:{port}"))
+        .timeouts(Duration::from_millis(500), Duration::from_millis(500));
+    let started = Instant::now();
+    let r = RedisLock::connect(config).await;
+    let took = started.elapsed();
+    assert!(matches!(r, Err(Error::Unavailable { .. })), "{r:?}");
+    assert!(
+        took < Duration::from_millis(500) + Duration::from_secs(2),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_goes_down_makes_calls_unavailable() {
+    let mut server = Redis::start().await.unwrap();
+    let lock = RedisLock::connect(
+        RedisConfig::from_url(server.url()).timeouts(Duration::from_secs(2), Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    server.members()[0].kill().unwrap();
+    let r = lock.acquire(&key("down"), AcquireOptions::default()).await;
+    assert!(matches!(r, Err(Error::Unavailable { .. })), "{r:?}");
+    assert!(matches!(
+        lock.holder(&key("down")).await,
+        Err(Error::Unavailable { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_of_another_type_is_a_backend_error() {
+    let server = Redis::start().await.unwrap();
+    let a = addr(&server);
+    let lock = connect(&server, "").await;
+    command(a, &["HSET", "a-hash", "f", "v"]).await.unwrap();
+    command(a, &["RPUSH", "a-list", "x"]).await.unwrap();
+    for name in ["a-hash", "a-list"] {
+        let r = lock
+            .acquire(&key(name), AcquireOptions::default().wait(Wait::No))
+            .await;
+        assert!(matches!(r, Err(Error::Backend { .. })), "{name}: {r:?}");
+        let r = lock.try_acquire(&key(name), AcquireOptions::default()).await;
+        assert!(matches!(r, Err(Error::Backend { .. })), "{name}: {r:?}");
+    }
+    // Untouched.
+    assert_eq!(command(a, &["TYPE", "a-hash"]).await.unwrap(), "+hash");
+    assert_eq!(command(a, &["LLEN", "a-list"]).await.unwrap(), ":1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_urls_are_invalid_config() {
+    for url in [
+        "http://127.0.0.1:6379",
+        "127.0.0.1:6379",
+        "redis://127.0.0.1:port",
+        "",
+    ] {
+        match RedisLock::connect(RedisConfig::from_url(url)).await {
+            Err(Error::InvalidConfig(msg)) => assert!(msg.contains("redis URL"), "{url}: {msg}"),
+            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_names_this_process_and_the_token() {
+    let server = Redis::start().await.unwrap();
+    let lock = connect(&server, "dlock:").await;
+    let k = key("who");
+    assert!(lock.holder(&k).await.unwrap().is_none());
+    let g = lock
+        .acquire(&k, AcquireOptions::default().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let h = lock.holder(&k).await.unwrap().unwrap();
+    let info = h.info.clone().unwrap();
+    assert_eq!(info.pid, std::process::id());
+    assert!(!info.host.is_empty());
+    assert!(h.remaining.unwrap() <= Duration::from_secs(20));
+    assert_eq!(h.fence_counter, g.token().map(|t| t.get()));
+    assert!(h.since().is_some());
+    assert_eq!(lock.held_keys("").await.unwrap(), vec!["who".to_owned()]);
+    g.release().await.unwrap();
+    assert!(lock.held_keys("").await.unwrap().is_empty());
+}
+
+/// One command connection and one subscriber connection per `RedisLock`,
+/// whatever the number of keys, guards and waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_and_one_subscriber_connection_per_handle() {
+    let server = Redis::start().await.unwrap();
+    let port = addr(&server).port().to_string();
+    let clients = || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port, "info", "clients"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap()
+    };
+    let before = clients(); // counts redis-cli itself
+    let holder = connect(&server, "dlock:").await;
+    let waiter = connect(&server, "dlock:").await;
+    assert_eq!(clients(), before + 4);
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(
+            holder
+                .acquire(&key(&format!("k{i}")), AcquireOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut waits = Vec::new();
+    for i in 0..5 {
+        let (w, k) = (waiter.clone(), key(&format!("k{i}")));
+        waits.push(tokio::spawn(async move {
+            w.acquire(&k, AcquireOptions::default()).await
+        }));
+    }
+    let deadline = Instant::now() + LIMIT;
+    // Wait until all five waiters subscribed (their channels show up).
+    loop {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port, "pubsub", "numsub"])
+            .args((0..5).map(|i| format!("dlock:released:dlock:k{i}")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.lines().filter(|l| l.trim() == "1").count() == 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "waiters never subscribed: {text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(clients(), before + 4, "connections grew with keys or waiters");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    for w in waits {
+        w.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
