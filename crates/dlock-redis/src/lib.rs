@@ -3,20 +3,24 @@
 //! A [`dlock_core::Lock`] on one Redis server (or a Redis Cluster), with
 //! fencing tokens.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use dlock_core::{AcquireOptions, Guard, Lock, LockKey};
 //! use dlock_redis::{RedisConfig, RedisLock};
 //!
-//! # #[tokio::main] async fn main() -> dlock_core::Result<()> {
-//! let lock = RedisLock::connect(RedisConfig::from_url("redis://127.0.0.1:6379")).await?;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock_core::Result<()> {
+//! # // The test servers of `cargo xtask test`, or a private one.
+//! # let server = dlock_testkit::launcher::shared::redis().await.expect("a test redis");
+//! # let url = server.addresses[0].clone();
+//! // url = "redis://127.0.0.1:6379"
+//! let lock = RedisLock::connect(RedisConfig::from_url(url)).await?;
 //! let key = LockKey::new("nightly-report")?;
 //! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
-//! println!("holding with token {:?}", guard.token());
+//! let token = guard.token().expect("redis gives fencing tokens");
+//! assert_eq!(lock.holder(&key).await?.and_then(|h| h.fence_counter), Some(token.get()));
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
-//! (`cargo test -p dlock-redis` runs the same steps against a real server.)
 //!
 //! ## Protocol
 //!
