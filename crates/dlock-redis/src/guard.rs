@@ -1,13 +1,15 @@
 //! [`RedisGuard`] and its keeper task: the local deadline, the watchdog.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
-use tokio::sync::Notify;
+use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
+use dlock_redis_protocol::keeper::{Validity, keep};
 use tokio::task::JoinHandle;
 
-use crate::lock::{Outcome, RedisLock, local_deadline};
+use dlock_redis_protocol::Outcome;
+
+use crate::lock::RedisLock;
 
 /// The guard of a Redis grant.
 ///
@@ -27,26 +29,9 @@ pub struct RedisGuard {
     value: String,
     token: FencingToken,
     lost: LostSignal,
-    shared: Arc<Shared>,
+    validity: Arc<Validity>,
     keeper: JoinHandle<()>,
     released: bool,
-}
-
-struct Shared {
-    deadline: Mutex<Instant>,
-    moved: Notify,
-    lost: LostTrigger,
-}
-
-impl Shared {
-    fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn move_deadline(&self, to: Instant) {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = to;
-        self.moved.notify_one();
-    }
 }
 
 impl RedisGuard {
@@ -61,21 +46,21 @@ impl RedisGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (trigger, signal) = LostSignal::pair();
-        let shared = Arc::new(Shared {
-            deadline: Mutex::new(local_deadline(sent, ttl)),
-            moved: Notify::new(),
-            lost: trigger,
-        });
-        let keeper = tokio::spawn(keep(
-            lock.clone(),
-            lock_key.clone(),
-            value.clone(),
-            ttl,
-            opts.auto_extend,
-            sent,
-            Arc::clone(&shared),
-        ));
+        let (validity, signal) = Validity::new(sent, ttl);
+        let keeper = {
+            let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
+            tokio::spawn(keep(
+                Arc::clone(&validity),
+                ttl,
+                opts.auto_extend,
+                sent,
+                move || {
+                    let (l, k, v) = (l.clone(), k.clone(), v.clone());
+                    async move { l.run_extend(&k, &v, ttl).await }
+                },
+                move || stop.is_abandoned(),
+            ))
+        };
         RedisGuard {
             lock,
             key,
@@ -83,7 +68,7 @@ impl RedisGuard {
             value,
             token,
             lost: signal,
-            shared,
+            validity,
             keeper,
             released: false,
         }
@@ -92,50 +77,6 @@ impl RedisGuard {
     /// The Redis key this guard holds.
     pub fn redis_key(&self) -> &str {
         &self.lock_key
-    }
-}
-
-/// Fires `lost()` at the local deadline, and renews before it with
-/// auto-extend.
-async fn keep(
-    lock: RedisLock,
-    lock_key: String,
-    value: String,
-    ttl: Duration,
-    auto_extend: bool,
-    sent: Instant,
-    shared: Arc<Shared>,
-) {
-    let mut next_renewal = sent + ttl / 3;
-    loop {
-        if lock.is_abandoned() {
-            return;
-        }
-        let deadline = shared.deadline();
-        tokio::select! {
-            () = tokio::time::sleep_until(deadline.into()) => {
-                if shared.deadline() <= Instant::now() {
-                    shared.lost.fire();
-                    return;
-                }
-            }
-            () = tokio::time::sleep_until(next_renewal.into()), if auto_extend => {
-                let sent = Instant::now();
-                match tokio::time::timeout_at(deadline.into(), lock.run_extend(&lock_key, &value, ttl)).await {
-                    Ok(Ok(Outcome::Done)) => {
-                        shared.move_deadline(local_deadline(sent, ttl));
-                        next_renewal = sent + ttl / 3;
-                    }
-                    Ok(Ok(Outcome::Expired | Outcome::HeldByOther)) | Err(_) => {
-                        shared.lost.fire();
-                        return;
-                    }
-                    // A network failure: try again soon, until the deadline.
-                    Ok(Err(_)) => next_renewal = Instant::now() + (ttl / 20).max(Duration::from_millis(5)),
-                }
-            }
-            () = shared.moved.notified() => {}
-        }
     }
 }
 
@@ -163,7 +104,7 @@ impl Guard for RedisGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.lock.is_abandoned() && Instant::now() < self.shared.deadline()
+        !self.lost.is_lost() && !self.lock.is_abandoned() && self.validity.is_valid()
     }
 
     /// See [`Guard::extend`]: a compare-value `PEXPIRE`.
@@ -189,8 +130,8 @@ impl Guard for RedisGuard {
         let sent = Instant::now();
         let outcome = self.lock.run_extend(&self.lock_key, &self.value, ttl).await?;
         match outcome {
-            Outcome::Done => self.shared.move_deadline(local_deadline(sent, ttl)),
-            Outcome::Expired | Outcome::HeldByOther => self.shared.lost.fire(),
+            Outcome::Done => self.validity.renewed(sent, ttl),
+            Outcome::Expired | Outcome::HeldByOther => self.validity.fire_lost(),
         }
         outcome.into_result(&self.key)
     }
@@ -218,7 +159,7 @@ impl Guard for RedisGuard {
             ));
         }
         let outcome = self.lock.run_release(&self.lock_key, &self.value).await?;
-        self.shared.lost.fire();
+        self.validity.fire_lost();
         outcome.into_result(&self.key)
     }
 }

@@ -24,8 +24,8 @@
 //!
 //! ## Protocol
 //!
-//! The whole protocol is in [`scripts`]: the key layout and three Lua
-//! scripts.
+//! The whole protocol is in [`scripts`] (shared with `dlock-redlock` through
+//! the `dlock-redis-protocol` crate): the key layout and the Lua scripts.
 //!
 //! - **acquire** = one script: `SET key value NX PX ttl` and, only if that
 //!   succeeded, `INCR` of the key's fence counter (seeded from the server's
@@ -64,8 +64,8 @@
 mod config;
 mod guard;
 mod lock;
-pub mod scripts;
-mod waiters;
+
+pub use dlock_redis_protocol::scripts;
 
 pub use config::{RedisConfig, redact_url};
 pub use guard::RedisGuard;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting, drift,
+    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
@@ -17,8 +17,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::RedisConfig;
 use crate::guard::RedisGuard;
-use crate::scripts::{self, FENCE_SUFFIX};
-use crate::waiters::Waiters;
+use dlock_redis_protocol::notices::Waiters;
+use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX};
+use dlock_redis_protocol::{Outcome, host_name, millis as ms};
 
 pub(crate) const BACKEND: &str = "redis";
 
@@ -72,37 +73,6 @@ impl Drop for Inner {
     }
 }
 
-/// What the release and extend scripts found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Done,
-    Expired,
-    HeldByOther,
-}
-
-impl Outcome {
-    fn from_reply(reply: i64) -> Result<Self> {
-        match reply {
-            1 => Ok(Outcome::Done),
-            0 => Ok(Outcome::Expired),
-            -1 => Ok(Outcome::HeldByOther),
-            other => Err(Error::backend(
-                BACKEND,
-                format!("unexpected script reply {other}"),
-            )),
-        }
-    }
-
-    pub(crate) fn into_result(self, key: &LockKey) -> Result<()> {
-        let key = key.as_str().to_owned();
-        match self {
-            Outcome::Done => Ok(()),
-            Outcome::Expired => Err(Error::Lost { key }),
-            Outcome::HeldByOther => Err(Error::NotHeld { key }),
-        }
-    }
-}
-
 enum Attempt {
     Granted {
         token: FencingToken,
@@ -137,44 +107,9 @@ impl Holder {
     }
 }
 
-/// Maps a client library error into the one dlock error.
+/// fred's errors as dlock's, for this backend.
 pub(crate) fn map_err(e: fred::error::Error) -> Error {
-    use fred::error::ErrorKind as K;
-    match e.kind() {
-        K::IO | K::Timeout | K::Canceled | K::Routing | K::Cluster | K::Backpressure | K::Tls => {
-            Error::unavailable(BACKEND, e)
-        }
-        K::Config | K::Url | K::Auth => Error::InvalidConfig(format!("redis: {e}")),
-        // fred reports "no connection to send this on" with kind Unknown.
-        K::Unknown if is_connection_failure(e.details()) => Error::unavailable(BACKEND, e),
-        _ => Error::backend(BACKEND, e),
-    }
-}
-
-fn is_connection_failure(details: &str) -> bool {
-    let d = details.to_ascii_lowercase();
-    [
-        "failed to route",
-        "connection closed",
-        "disconnected",
-        "not connected",
-        "canceled",
-    ]
-    .iter()
-    .any(|m| d.contains(m))
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .ok()
-        .map(|h| h.trim().replace(char::is_whitespace, "_"))
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned())
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    dlock_redis_protocol::map_err(BACKEND, e)
 }
 
 impl RedisLock {
@@ -242,7 +177,7 @@ impl RedisLock {
             });
         }
         let resubscribe = subscriber.manage_subscriptions();
-        let (waiters, dispatcher) = Waiters::start(subscriber.clone(), config.command_timeout);
+        let (waiters, dispatchers) = Waiters::start(vec![subscriber.clone()], config.command_timeout);
         Ok(RedisLock {
             inner: Arc::new(Inner {
                 config,
@@ -256,7 +191,7 @@ impl RedisLock {
                 },
                 host: host_name(),
                 abandoned: AtomicBool::new(false),
-                tasks: vec![resubscribe, dispatcher],
+                tasks: std::iter::once(resubscribe).chain(dispatchers).collect(),
             }),
         })
     }
@@ -435,7 +370,7 @@ impl RedisLock {
             .evalsha_with_reload(&self.inner.client, vec![lock_key], vec![value, channel.as_str()])
             .await
             .map_err(map_err)?;
-        Outcome::from_reply(reply)
+        Outcome::from_reply(BACKEND, reply)
     }
 
     /// Runs the extend script.
@@ -451,7 +386,7 @@ impl RedisLock {
             )
             .await
             .map_err(map_err)?;
-        Outcome::from_reply(reply)
+        Outcome::from_reply(BACKEND, reply)
     }
 
     /// Releases in the background (for drops).
@@ -588,9 +523,4 @@ impl Lock for RedisLock {
             }
         }
     }
-}
-
-/// The local deadline of a grant: from when the acquire was sent, minus drift.
-pub(crate) fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
-    (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent)
 }

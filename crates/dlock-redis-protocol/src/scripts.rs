@@ -1,5 +1,5 @@
-//! The protocol: key layout and the three Lua scripts. Everything the driver
-//! does to Redis is here.
+//! The protocol: key layout, lock values and the Lua scripts. Everything
+//! dlock's Redis drivers do to a Redis server is here.
 //!
 //! # Keys
 //!
@@ -15,7 +15,7 @@
 //!
 //! `dlock1 <128-bit nonce in hex> <host> <pid> <unix ms at acquire>`: the
 //! nonce makes release and extend compare-and-act; the rest tells an operator
-//! who holds the lock ([`RedisLock::holder`](crate::RedisLock::holder)).
+//! who holds the lock (`RedisLock::holder` in `dlock-redis`).
 //!
 //! # Fencing
 //!
@@ -48,6 +48,21 @@ end
 local token = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], 86400000)
 return {1, token}
+"#;
+
+/// `SET NX PX` alone, for Redlock, which gives no fencing token.
+///
+/// `KEYS[1]` lock key; `ARGV[1]` value, `ARGV[2]` TTL in ms. Returns
+/// `{1, 0}` when granted, `{0, pttl}` when held; `WRONGTYPE` as [`ACQUIRE`].
+pub const ACQUIRE_UNFENCED: &str = r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return {1, 0}
 "#;
 
 /// Compare-value delete, then announce on the release channel.

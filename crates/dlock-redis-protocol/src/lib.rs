@@ -1,0 +1,109 @@
+//! # dlock-redis-protocol
+//!
+//! What dlock's two Redis drivers (`dlock-redis`, `dlock-redlock`) share,
+//! so that neither depends on the other:
+//!
+//! - [`scripts`]: the key layout, the lock value and the Lua scripts;
+//! - [`notices`]: release notices over pub/sub, waking waiters;
+//! - [`keeper`]: a guard's local deadline, lost signal and watchdog;
+//! - [`Outcome`]: what a release or extend script found;
+//! - [`map_err`]: fred's errors as dlock's one [`Error`].
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod keeper;
+pub mod notices;
+pub mod scripts;
+
+use std::time::Duration;
+
+use dlock_core::{Error, LockKey, Result};
+
+/// What the release and extend scripts found on one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Released or extended.
+    Done,
+    /// The key was gone: the lock had expired.
+    Expired,
+    /// Someone else's value is there; it was left alone.
+    HeldByOther,
+}
+
+impl Outcome {
+    /// Reads a script's integer reply (1, 0, -1).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] for any other number.
+    pub fn from_reply(backend: &'static str, reply: i64) -> Result<Self> {
+        match reply {
+            1 => Ok(Outcome::Done),
+            0 => Ok(Outcome::Expired),
+            -1 => Ok(Outcome::HeldByOther),
+            other => Err(Error::backend(
+                backend,
+                format!("unexpected script reply {other}"),
+            )),
+        }
+    }
+
+    /// `Ok` for [`Outcome::Done`], [`Error::Lost`] for expired,
+    /// [`Error::NotHeld`] for held by another.
+    ///
+    /// # Errors
+    ///
+    /// As described.
+    pub fn into_result(self, key: &LockKey) -> Result<()> {
+        let key = key.as_str().to_owned();
+        match self {
+            Outcome::Done => Ok(()),
+            Outcome::Expired => Err(Error::Lost { key }),
+            Outcome::HeldByOther => Err(Error::NotHeld { key }),
+        }
+    }
+}
+
+/// Maps a fred error into dlock's [`Error`]: connection trouble is
+/// [`Error::Unavailable`], configuration trouble [`Error::InvalidConfig`],
+/// anything the server said [`Error::Backend`].
+pub fn map_err(backend: &'static str, e: fred::error::Error) -> Error {
+    use fred::error::ErrorKind as K;
+    match e.kind() {
+        K::IO | K::Timeout | K::Canceled | K::Routing | K::Cluster | K::Backpressure | K::Tls => {
+            Error::unavailable(backend, e)
+        }
+        K::Config | K::Url | K::Auth => Error::InvalidConfig(format!("{backend}: {e}")),
+        // fred reports "no connection to send this on" with kind Unknown.
+        K::Unknown if is_connection_failure(e.details()) => Error::unavailable(backend, e),
+        _ => Error::backend(backend, e),
+    }
+}
+
+fn is_connection_failure(details: &str) -> bool {
+    let d = details.to_ascii_lowercase();
+    [
+        "failed to route",
+        "connection closed",
+        "disconnected",
+        "not connected",
+        "canceled",
+    ]
+    .iter()
+    .any(|m| d.contains(m))
+}
+
+/// This machine's name, for lock values (whitespace replaced).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().replace(char::is_whitespace, "_"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
+/// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
