@@ -93,6 +93,27 @@ fn is_connection_failure(details: &str) -> bool {
     .any(|m| d.contains(m))
 }
 
+/// The URL with any password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{hidden}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// This machine's name, for lock values (whitespace replaced).
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -106,4 +127,18 @@ pub fn host_name() -> String {
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1.
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact_url("redis://u:p@h:1/2"), "redis://u:***@h:1/2");
+        assert_eq!(redact_url("rediss://:p@h:1"), "rediss://:***@h:1");
+        assert_eq!(redact_url("redis://token@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact_url("no-scheme"), "no-scheme");
+    }
 }

@@ -53,14 +53,16 @@ return {1, token}
 /// `SET NX PX` alone, for Redlock, which gives no fencing token.
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` value, `ARGV[2]` TTL in ms. Returns
-/// `{1, 0}` when granted, `{0, pttl}` when held; `WRONGTYPE` as [`ACQUIRE`].
+/// `{1, 0}` when granted, `{0, pttl, holder's value}` when held (the value
+/// tells a real holder from a split vote across nodes); `WRONGTYPE` as
+/// [`ACQUIRE`].
 pub const ACQUIRE_UNFENCED: &str = r#"
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 end
 return {1, 0}
 "#;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use dlock_core::Error;
+use dlock_redis_protocol::redact_url;
 use serde::{Deserialize, Serialize};
 
 /// How to reach Redis. Deserializable (`#[serde(default)]`: every field may
@@ -110,37 +111,12 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// The URL with any password replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{scheme}://{hidden}@{host}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn passwords_never_show() {
-        assert_eq!(redact_url("redis://u:p@h:1/2"), "redis://u:***@h:1/2");
-        assert_eq!(redact_url("rediss://:p@h:1"), "rediss://:***@h:1");
-        assert_eq!(redact_url("redis://token@h"), "redis://***@h");
-        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
         let c = RedisConfig::from_url("redis://admin:hunter2@127.0.0.1:6379");
         assert!(!format!("{c:?}").contains("hunter2"));
     }

@@ -67,6 +67,7 @@ mod lock;
 
 pub use dlock_redis_protocol::scripts;
 
-pub use config::{RedisConfig, redact_url};
+pub use config::RedisConfig;
+pub use dlock_redis_protocol::redact_url;
 pub use guard::RedisGuard;
 pub use lock::{Holder, MIN_TTL, RedisLock};

@@ -1,0 +1,183 @@
+//! [`RedlockGuard`]: a grant held on a quorum of nodes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
+use dlock_redis_protocol::Outcome;
+use dlock_redis_protocol::keeper::{Validity, keep};
+use tokio::task::JoinHandle;
+
+use crate::lock::{BACKEND, MIN_TTL, Redlock};
+
+/// The guard of a Redlock grant. Carries **no fencing token**
+/// ([`token`](Guard::token) is `None`).
+///
+/// Its local deadline is the first send of the winning round plus the TTL
+/// minus drift; `is_held()` is false past it. With `auto_extend`, a watchdog
+/// extends on every node at `ttl / 3` and needs a quorum; a quorum of
+/// refusals fires `lost()` at once, too few answers are retried until the
+/// deadline. A failed extend does not release the other nodes' keys: they
+/// expire by their TTL.
+///
+/// Dropping the guard releases on every node in the background.
+#[must_use = "dropping the guard releases the lock (best effort)"]
+pub struct RedlockGuard {
+    lock: Redlock,
+    key: LockKey,
+    lock_key: String,
+    value: String,
+    lost: LostSignal,
+    validity: Arc<Validity>,
+    keeper: JoinHandle<()>,
+    released: bool,
+}
+
+impl RedlockGuard {
+    pub(crate) fn new(
+        lock: Redlock,
+        key: LockKey,
+        lock_key: String,
+        value: String,
+        ttl: Duration,
+        sent: Instant,
+        opts: AcquireOptions,
+    ) -> Self {
+        let (validity, lost) = Validity::new(sent, ttl);
+        let keeper = {
+            let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
+            tokio::spawn(keep(
+                Arc::clone(&validity),
+                ttl,
+                opts.auto_extend,
+                sent,
+                move || {
+                    let (l, k, v) = (l.clone(), k.clone(), v.clone());
+                    async move {
+                        let tally = l.extend_everywhere(&k, &v, ttl).await;
+                        let quorum = l.quorum();
+                        tally.verdict(quorum).ok_or_else(|| l.no_quorum("extend", tally))
+                    }
+                },
+                move || stop.is_abandoned(),
+            ))
+        };
+        RedlockGuard {
+            lock,
+            key,
+            lock_key,
+            value,
+            lost,
+            validity,
+            keeper,
+            released: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &self.key)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Guard for RedlockGuard {
+    fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// Always `None`: Redlock cannot give a fencing token (see the crate docs).
+    fn token(&self) -> Option<FencingToken> {
+        None
+    }
+
+    fn lost(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    fn is_held(&self) -> bool {
+        !self.lost.is_lost() && !self.lock.is_abandoned() && self.validity.is_valid()
+    }
+
+    /// See [`Guard::extend`]: the extend script on every node at once; a
+    /// quorum must confirm, with validity left.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when a quorum no longer has the key, or the extend
+    /// came back after the validity ran out; [`Error::NotHeld`] when a quorum
+    /// holds another value (both fire `lost()`); [`Error::Unavailable`] when
+    /// too few nodes answered (the lock is unchanged where they did not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave some nodes extended; the local deadline
+    /// moves only on a confirmed quorum.
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        if self.lock.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
+        }
+        let ttl = ttl.max(MIN_TTL);
+        let sent = Instant::now();
+        let tally = self.lock.extend_everywhere(&self.lock_key, &self.value, ttl).await;
+        let elapsed = sent.elapsed();
+        let in_time = ttl > elapsed + self.lock.config().drift(ttl);
+        match tally.verdict(self.lock.quorum()) {
+            Some(Outcome::Done) if in_time => {
+                self.validity.renewed(sent, ttl);
+                Ok(())
+            }
+            Some(Outcome::Done) => {
+                self.validity.fire_lost();
+                Err(Error::Lost {
+                    key: self.key.as_str().to_owned(),
+                })
+            }
+            Some(refused) => {
+                self.validity.fire_lost();
+                refused.into_result(&self.key)
+            }
+            None => Err(self.lock.no_quorum("extend", tally)),
+        }
+    }
+
+    /// See [`Guard::release`]: the release script on every node at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when a quorum no longer had the key, [`Error::NotHeld`]
+    /// when a quorum holds another value (left untouched),
+    /// [`Error::Unavailable`] when too few nodes answered (their keys expire
+    /// by TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after sending may release on some nodes only; the
+    /// TTL is the backstop.
+    async fn release(mut self) -> Result<()> {
+        self.keeper.abort();
+        self.released = true;
+        if self.lock.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
+        }
+        let tally = self.lock.release_everywhere(&self.lock_key, &self.value).await;
+        self.validity.fire_lost();
+        match tally.verdict(self.lock.quorum()) {
+            Some(outcome) => outcome.into_result(&self.key),
+            None => Err(self.lock.no_quorum("release", tally)),
+        }
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        self.keeper.abort();
+        if !self.released {
+            self.lock
+                .release_in_background(std::mem::take(&mut self.lock_key), std::mem::take(&mut self.value));
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The fan-out: one request to every node at once, each bounded by the
+//! per-node timeout, and the tally of what came back.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use dlock_redis_protocol::Outcome;
+use futures::future::join_all;
+
+/// Why one node did not say yes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeFailure {
+    /// No reply within the per-node timeout.
+    Timeout,
+    /// The node could not be reached (refused, reset, not connected).
+    Unreachable(String),
+    /// Another client's value holds the key there.
+    Held,
+    /// The key was already gone there (the lock had expired).
+    Expired,
+    /// The node answered with an error.
+    Error(String),
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFailure::Timeout => f.write_str("timed out"),
+            NodeFailure::Unreachable(why) => write!(f, "unreachable ({why})"),
+            NodeFailure::Held => f.write_str("held by another"),
+            NodeFailure::Expired => f.write_str("already expired"),
+            NodeFailure::Error(why) => write!(f, "error ({why})"),
+        }
+    }
+}
+
+/// No quorum: each node that did not say yes, and why. The `source` of the
+/// [`Error::Unavailable`](dlock_core::Error::Unavailable) Redlock returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumError {
+    /// What was attempted (`acquire`, `extend`, `release`).
+    pub operation: &'static str,
+    /// How many yeses were needed.
+    pub needed: usize,
+    /// How many came.
+    pub got: usize,
+    /// Each failing node (URL, password redacted) and why.
+    pub failures: Vec<(String, NodeFailure)>,
+    /// Set when a quorum said yes but too late: the validity was used up.
+    pub validity_used_up: bool,
+}
+
+impl fmt::Display for QuorumError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "redlock {}: no quorum ({} of {} needed)", self.operation, self.got, self.needed)?;
+        if self.validity_used_up {
+            f.write_str("; a quorum answered, but after the lock's validity was used up")?;
+        }
+        for (node, why) in &self.failures {
+            write!(f, "; {node}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for QuorumError {}
+
+/// Classifies a fred error for one node.
+pub(crate) fn node_failure(e: &fred::error::Error) -> NodeFailure {
+    match dlock_redis_protocol::map_err(crate::lock::BACKEND, e.clone()) {
+        dlock_core::Error::Unavailable { .. } => NodeFailure::Unreachable(e.details().to_owned()),
+        _ => NodeFailure::Error(e.details().to_owned()),
+    }
+}
+
+/// Runs `request(i)` for every node `i` in `0..nodes` at once, each bounded
+/// by `timeout`.
+pub(crate) async fn fan_out<T, F, Fut>(nodes: usize, timeout: Duration, request: F) -> Vec<Result<T, NodeFailure>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<T, fred::error::Error>>,
+{
+    join_all((0..nodes).map(|i| {
+        let call = request(i);
+        async move {
+            match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(node_failure(&e)),
+                Err(_) => Err(NodeFailure::Timeout),
+            }
+        }
+    }))
+    .await
+}
+
+/// The tally of a release or extend fan-out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub done: usize,
+    pub expired: usize,
+    pub held: usize,
+    pub failures: Vec<(String, NodeFailure)>,
+}
+
+impl Tally {
+    pub(crate) fn of(names: &[String], replies: Vec<Result<Outcome, NodeFailure>>) -> Self {
+        let mut t = Tally::default();
+        for (name, reply) in names.iter().zip(replies) {
+            match reply {
+                Ok(Outcome::Done) => t.done += 1,
+                Ok(Outcome::Expired) => {
+                    t.expired += 1;
+                    t.failures.push((name.clone(), NodeFailure::Expired));
+                }
+                Ok(Outcome::HeldByOther) => {
+                    t.held += 1;
+                    t.failures.push((name.clone(), NodeFailure::Held));
+                }
+                Err(f) => t.failures.push((name.clone(), f)),
+            }
+        }
+        t
+    }
+
+    /// The verdict for a quorum of `quorum`: `Done` with a quorum of yeses;
+    /// `HeldByOther` when a quorum holds another value; `Expired` when a
+    /// quorum no longer has ours; otherwise (too many nodes silent) `None`.
+    pub(crate) fn verdict(&self, quorum: usize) -> Option<Outcome> {
+        if self.done >= quorum {
+            Some(Outcome::Done)
+        } else if self.held >= quorum {
+            Some(Outcome::HeldByOther)
+        } else if self.expired + self.held >= quorum {
+            Some(Outcome::Expired)
+        } else {
+            None
+        }
+    }
+}
