@@ -98,11 +98,17 @@ impl RedlockConfig {
                 )));
             }
             fred::types::config::Config::from_url(url).map_err(|e| {
-                Error::InvalidConfig(format!("redlock node {}: {}", dlock_redis_protocol::redact_url(url), e.details()))
+                Error::InvalidConfig(format!(
+                    "redlock node {}: {}",
+                    dlock_redis_protocol::redact_url(url),
+                    e.details()
+                ))
             })?;
         }
         if self.node_timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::InvalidConfig("redlock timeouts must be greater than zero".to_owned()));
+            return Err(Error::InvalidConfig(
+                "redlock timeouts must be greater than zero".to_owned(),
+            ));
         }
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(Error::InvalidConfig(format!(
@@ -116,7 +122,11 @@ impl RedlockConfig {
 
 impl fmt::Debug for RedlockConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: Vec<String> = self.nodes.iter().map(|u| dlock_redis_protocol::redact_url(u)).collect();
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|u| dlock_redis_protocol::redact_url(u))
+            .collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)
             .field("node_timeout", &self.node_timeout)
@@ -133,14 +143,19 @@ mod tests {
     use super::*;
 
     fn nodes(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)).collect()
+        (0..n)
+            .map(|i| format!("redis://127.0.0.1:{}", 7000 + i))
+            .collect()
     }
 
     #[test]
     fn needs_an_odd_number_of_at_least_three_nodes() {
         for n in [0, 1, 2, 4, 6] {
             let e = RedlockConfig::new(nodes(n)).validate().unwrap_err();
-            assert!(matches!(e, Error::InvalidConfig(ref m) if m.contains(&n.to_string())), "{n}: {e}");
+            assert!(
+                matches!(e, Error::InvalidConfig(ref m) if m.contains(&n.to_string())),
+                "{n}: {e}"
+            );
         }
         for n in [3, 5, 7] {
             RedlockConfig::new(nodes(n)).validate().unwrap();

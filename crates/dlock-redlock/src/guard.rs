@@ -122,7 +122,10 @@ impl Guard for RedlockGuard {
         }
         let ttl = ttl.max(MIN_TTL);
         let sent = Instant::now();
-        let tally = self.lock.extend_everywhere(&self.lock_key, &self.value, ttl).await;
+        let tally = self
+            .lock
+            .extend_everywhere(&self.lock_key, &self.value, ttl)
+            .await;
         let elapsed = sent.elapsed();
         let in_time = ttl > elapsed + self.lock.config().drift(ttl);
         match tally.verdict(self.lock.quorum()) {
@@ -176,8 +179,10 @@ impl Drop for RedlockGuard {
     fn drop(&mut self) {
         self.keeper.abort();
         if !self.released {
-            self.lock
-                .release_in_background(std::mem::take(&mut self.lock_key), std::mem::take(&mut self.value));
+            self.lock.release_in_background(
+                std::mem::take(&mut self.lock_key),
+                std::mem::take(&mut self.value),
+            );
         }
     }
 }

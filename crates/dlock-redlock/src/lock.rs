@@ -10,9 +10,9 @@ use dlock_redis_protocol::notices::Waiters;
 use dlock_redis_protocol::{Outcome, host_name, millis, redact_url, scripts};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
-use fred::types::{Builder, Value};
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::scripts::Script;
+use fred::types::{Builder, Value};
 use futures::StreamExt;
 use futures::future::join_all;
 use tokio::task::JoinHandle;
@@ -81,10 +81,16 @@ impl Drop for Inner {
 }
 
 enum Attempt {
-    Granted { value: String, sent: Instant },
+    Granted {
+        value: String,
+        sent: Instant,
+    },
     /// Held elsewhere, or a split vote: worth waiting for. `held` is true
     /// when one other value holds a quorum of nodes (a real holder).
-    Contended { pttl: Option<Duration>, held: bool },
+    Contended {
+        pttl: Option<Duration>,
+        held: bool,
+    },
     /// Too many nodes failed to answer: no quorum possible.
     NoQuorum(QuorumError),
 }
@@ -107,8 +113,9 @@ impl Redlock {
         config.validate()?;
         let mut nodes = Vec::with_capacity(config.nodes.len());
         for url in &config.nodes {
-            let fred_config = Config::from_url(url)
-                .map_err(|e| Error::InvalidConfig(format!("redlock node {}: {}", redact_url(url), e.details())))?;
+            let fred_config = Config::from_url(url).map_err(|e| {
+                Error::InvalidConfig(format!("redlock node {}: {}", redact_url(url), e.details()))
+            })?;
             let mut builder = Builder::from_config(fred_config);
             builder
                 .with_connection_config(|c| {
@@ -116,7 +123,9 @@ impl Redlock {
                     c.internal_command_timeout = config.connect_timeout;
                     c.max_command_attempts = 1;
                 })
-                .with_performance_config(|p| p.default_command_timeout = config.node_timeout.max(Duration::from_millis(1)))
+                .with_performance_config(|p| {
+                    p.default_command_timeout = config.node_timeout.max(Duration::from_millis(1))
+                })
                 // Independent nodes: come back quickly after a restart.
                 .set_policy(ReconnectPolicy::new_exponential(0, 20, 500, 2));
             let map = |e| dlock_redis_protocol::map_err(BACKEND, e);
@@ -133,22 +142,38 @@ impl Redlock {
             drop(node.subscriber.connect());
             tasks.push(node.subscriber.manage_subscriptions());
         }
-        let waits = nodes.iter().map(|n| async {
-            let both = async {
-                n.client.wait_for_connect().await?;
-                n.subscriber.wait_for_connect().await
-            };
-            match tokio::time::timeout(config.connect_timeout, both).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(crate::quorum::node_failure(&e)),
-                Err(_) => Err(NodeFailure::Timeout),
-            }
-        });
-        let results = join_all(waits).await;
-        let got = results.iter().filter(|r| r.is_ok()).count();
+        // Wait until every node is connected, or until the deadline; once a
+        // quorum is up, the others get a short grace only.
+        let started = Instant::now();
         let quorum = config.quorum();
-        let (waiters, dispatchers) =
-            Waiters::start(nodes.iter().map(|n| n.subscriber.clone()).collect(), config.node_timeout);
+        let grace = config.node_timeout * 4;
+        let mut quorum_at: Option<Instant> = None;
+        let results: Vec<Result<(), NodeFailure>> = loop {
+            let up: Vec<bool> = nodes
+                .iter()
+                .map(|n| n.client.is_connected() && n.subscriber.is_connected())
+                .collect();
+            let count = up.iter().filter(|&&u| u).count();
+            if count >= quorum && quorum_at.is_none() {
+                quorum_at = Some(Instant::now());
+            }
+            let now = Instant::now();
+            let done = count == nodes.len()
+                || now >= started + config.connect_timeout
+                || quorum_at.is_some_and(|t| now >= t + grace);
+            if done {
+                break up
+                    .into_iter()
+                    .map(|u| if u { Ok(()) } else { Err(NodeFailure::Timeout) })
+                    .collect();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let got = results.iter().filter(|r| r.is_ok()).count();
+        let (waiters, dispatchers) = Waiters::start(
+            nodes.iter().map(|n| n.subscriber.clone()).collect(),
+            config.node_timeout,
+        );
         let lock = Redlock {
             inner: Arc::new(Inner {
                 config,
@@ -298,11 +323,14 @@ impl Redlock {
         let sent = Instant::now();
         let ttl_ms = millis(ttl).to_string();
         let replies = fan_out(self.inner.nodes.len(), self.inner.config.node_timeout, |i| {
-            self.inner.scripts.acquire.evalsha_with_reload::<Vec<Value>, _, _>(
-                &self.inner.nodes[i].client,
-                vec![lock_key],
-                vec![value.as_str(), ttl_ms.as_str()],
-            )
+            self.inner
+                .scripts
+                .acquire
+                .evalsha_with_reload::<Vec<Value>, _, _>(
+                    &self.inner.nodes[i].client,
+                    vec![lock_key],
+                    vec![value.as_str(), ttl_ms.as_str()],
+                )
         })
         .await;
         let elapsed = sent.elapsed();
@@ -314,8 +342,12 @@ impl Redlock {
         for (name, reply) in self.inner.names.iter().zip(replies) {
             let reply = reply.map(|values| values.iter().map(Value::as_string).collect::<Vec<_>>());
             let parsed: Option<(i64, i64, Option<String>)> = match reply.as_deref() {
-                Ok([Some(flag), Some(p)]) => Some((flag.parse().unwrap_or(-1), p.parse().unwrap_or(-1), None)),
-                Ok([Some(flag), Some(p), v]) => Some((flag.parse().unwrap_or(-1), p.parse().unwrap_or(-1), v.clone())),
+                Ok([Some(flag), Some(p)]) => {
+                    Some((flag.parse().unwrap_or(-1), p.parse().unwrap_or(-1), None))
+                }
+                Ok([Some(flag), Some(p), v]) => {
+                    Some((flag.parse().unwrap_or(-1), p.parse().unwrap_or(-1), v.clone()))
+                }
                 _ => None,
             };
             match (parsed, &reply) {
@@ -333,12 +365,17 @@ impl Redlock {
                 }
                 (_, Err(f)) => failures.push((name.clone(), f.clone())),
                 (_, Ok(other)) => {
-                    failures.push((name.clone(), NodeFailure::Error(format!("unexpected reply {other:?}"))));
+                    failures.push((
+                        name.clone(),
+                        NodeFailure::Error(format!("unexpected reply {other:?}")),
+                    ));
                 }
             }
         }
         let quorum = self.quorum();
-        let validity = ttl.checked_sub(elapsed + self.inner.config.drift(ttl)).unwrap_or_default();
+        let validity = ttl
+            .checked_sub(elapsed + self.inner.config.drift(ttl))
+            .unwrap_or_default();
         if granted >= quorum && !validity.is_zero() {
             cleanup.armed = false;
             drop(cleanup);
@@ -355,29 +392,35 @@ impl Redlock {
             failures,
         };
         let silent = self.inner.nodes.len() - granted - held;
-        Ok(if silent > self.inner.nodes.len() - quorum || error.validity_used_up {
-            Attempt::NoQuorum(error)
-        } else {
-            Attempt::Contended {
-                pttl,
-                held: holders.values().any(|&n| n >= quorum),
-            }
-        })
+        Ok(
+            if silent > self.inner.nodes.len() - quorum || error.validity_used_up {
+                Attempt::NoQuorum(error)
+            } else {
+                Attempt::Contended {
+                    pttl,
+                    held: holders.values().any(|&n| n >= quorum),
+                }
+            },
+        )
     }
 
     /// The release script on every node at once.
     pub(crate) async fn release_everywhere(&self, lock_key: &str, value: &str) -> Tally {
         let channel = scripts::channel(lock_key);
         let channel = channel.as_str();
-        let replies = fan_out(self.inner.nodes.len(), self.inner.config.node_timeout, |i| async move {
-            let reply: i64 = self
-                .inner
-                .scripts
-                .release
-                .evalsha_with_reload(&self.inner.nodes[i].client, vec![lock_key], vec![value, channel])
-                .await?;
-            Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
-        })
+        let replies = fan_out(
+            self.inner.nodes.len(),
+            self.inner.config.node_timeout,
+            |i| async move {
+                let reply: i64 = self
+                    .inner
+                    .scripts
+                    .release
+                    .evalsha_with_reload(&self.inner.nodes[i].client, vec![lock_key], vec![value, channel])
+                    .await?;
+                Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
+            },
+        )
         .await;
         Tally::of(&self.inner.names, replies)
     }
@@ -386,15 +429,19 @@ impl Redlock {
     pub(crate) async fn extend_everywhere(&self, lock_key: &str, value: &str, ttl: Duration) -> Tally {
         let ttl_ms = millis(ttl).to_string();
         let ttl_ms = ttl_ms.as_str();
-        let replies = fan_out(self.inner.nodes.len(), self.inner.config.node_timeout, |i| async move {
-            let reply: i64 = self
-                .inner
-                .scripts
-                .extend
-                .evalsha_with_reload(&self.inner.nodes[i].client, vec![lock_key], vec![value, ttl_ms])
-                .await?;
-            Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
-        })
+        let replies = fan_out(
+            self.inner.nodes.len(),
+            self.inner.config.node_timeout,
+            |i| async move {
+                let reply: i64 = self
+                    .inner
+                    .scripts
+                    .extend
+                    .evalsha_with_reload(&self.inner.nodes[i].client, vec![lock_key], vec![value, ttl_ms])
+                    .await?;
+                Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
+            },
+        )
         .await;
         Tally::of(&self.inner.names, replies)
     }
@@ -501,7 +548,17 @@ impl Lock for Redlock {
             Attempt::NoQuorum(e) => Error::unavailable(BACKEND, e),
             Attempt::Granted { .. } => Error::backend(BACKEND, "a grant treated as a failure"),
         };
-        let grant = |value, sent| RedlockGuard::new(self.clone(), key.clone(), lock_key.clone(), value, ttl, sent, opts);
+        let grant = |value, sent| {
+            RedlockGuard::new(
+                self.clone(),
+                key.clone(),
+                lock_key.clone(),
+                value,
+                ttl,
+                sent,
+                opts,
+            )
+        };
         let mut last = match self.attempt(&lock_key, ttl).await? {
             Attempt::Granted { value, sent } => return Ok(grant(value, sent)),
             other => other,

@@ -53,7 +53,11 @@ pub struct QuorumError {
 
 impl fmt::Display for QuorumError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "redlock {}: no quorum ({} of {} needed)", self.operation, self.got, self.needed)?;
+        write!(
+            f,
+            "redlock {}: no quorum ({} of {} needed)",
+            self.operation, self.got, self.needed
+        )?;
         if self.validity_used_up {
             f.write_str("; a quorum answered, but after the lock's validity was used up")?;
         }
@@ -76,7 +80,11 @@ pub(crate) fn node_failure(e: &fred::error::Error) -> NodeFailure {
 
 /// Runs `request(i)` for every node `i` in `0..nodes` at once, each bounded
 /// by `timeout`.
-pub(crate) async fn fan_out<T, F, Fut>(nodes: usize, timeout: Duration, request: F) -> Vec<Result<T, NodeFailure>>
+pub(crate) async fn fan_out<T, F, Fut>(
+    nodes: usize,
+    timeout: Duration,
+    request: F,
+) -> Vec<Result<T, NodeFailure>>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = Result<T, fred::error::Error>>,

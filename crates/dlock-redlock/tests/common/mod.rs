@@ -17,9 +17,13 @@ pub struct RedlockFactory {
 
 impl RedlockFactory {
     pub async fn shared() -> Self {
-        let endpoint = shared::redis_nodes().await.expect("five redis nodes for the tests");
+        let endpoint = shared::redis_nodes()
+            .await
+            .expect("five redis nodes for the tests");
         let config = RedlockConfig::new(endpoint.addresses.clone());
-        let admin = Redlock::connect(config.clone()).await.expect("connect to the test nodes");
+        let admin = Redlock::connect(config.clone())
+            .await
+            .expect("connect to the test nodes");
         RedlockFactory {
             config,
             admin,

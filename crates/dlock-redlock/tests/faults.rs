@@ -1,0 +1,289 @@
+//! Redlock under node faults, on five real redis-servers behind fault
+//! proxies: every subset of nodes down, partial grants, a silent node, a slow
+//! fan-out, and a grant whose validity is used up.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
+use dlock_redlock::{QuorumError, Redlock, RedlockConfig};
+use dlock_testkit::launcher::{Fault, FaultProxy, Redis, redis::command};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Nodes {
+    servers: Redis,
+    proxies: Vec<FaultProxy>,
+}
+
+impl Nodes {
+    async fn start() -> Self {
+        let servers = Redis::start_many(5).await.unwrap();
+        let mut proxies = Vec::new();
+        for addr in servers.addrs() {
+            proxies.push(FaultProxy::start(addr).await.unwrap());
+        }
+        Nodes { servers, proxies }
+    }
+
+    fn config(&self) -> RedlockConfig {
+        RedlockConfig::new(self.proxies.iter().map(|p| format!("redis://{}", p.addr())))
+    }
+
+    /// The value of `key` on each real node (bypassing the proxies): the
+    /// first line of the reply (`$-1` when absent).
+    async fn values(&self, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for a in self.servers.addrs() {
+            out.push(command(a, &["GET", key]).await.unwrap());
+        }
+        out
+    }
+
+    async fn holders(&self, key: &str) -> usize {
+        self.values(key).await.iter().filter(|v| *v != "$-1").count()
+    }
+}
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+fn quorum_error(e: &Error) -> &QuorumError {
+    match e {
+        Error::Unavailable { source, .. } => source.downcast_ref::<QuorumError>().expect("a QuorumError"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+/// Waits until the handle's connections to the `up` nodes are established.
+async fn await_connected(lock: &Redlock, up: &[bool]) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let status = lock.node_status();
+        if status
+            .iter()
+            .zip(up)
+            .all(|((_, connected), &up)| !up || *connected)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nodes did not reconnect: {status:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subset_of_nodes_down() {
+    let nodes = Nodes::start().await;
+    let lock = Redlock::connect(nodes.config()).await.unwrap();
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(10));
+    // Gray-code order: one node changes between consecutive subsets.
+    for i in 0u32..32 {
+        let down_mask = i ^ (i >> 1);
+        let up: Vec<bool> = (0..5).map(|n| down_mask & (1 << n) == 0).collect();
+        for (proxy, &is_up) in nodes.proxies.iter().zip(&up) {
+            proxy.set(if is_up { Fault::None } else { Fault::Reset });
+        }
+        await_connected(&lock, &up).await;
+        let ups = up.iter().filter(|&&u| u).count();
+        let name = format!("subset-{down_mask:05b}");
+        let k = key(&name);
+        let redis_key = lock.redis_key(&k);
+        match lock.acquire(&k, opts.wait(Wait::No)).await {
+            Ok(g) => {
+                assert!(
+                    ups >= 3,
+                    "granted with only {ups} nodes up ({down_mask:05b} down)"
+                );
+                assert!(nodes.holders(&redis_key).await >= 3);
+                g.release().await.unwrap();
+            }
+            Err(e) => {
+                assert!(ups < 3, "refused with {ups} nodes up ({down_mask:05b} down): {e}");
+                let q = quorum_error(&e);
+                assert_eq!(q.failures.len(), 5 - ups, "{q}");
+                let text = e.to_string() + &q.to_string();
+                assert!(
+                    text.contains("unreachable") || text.contains("timed out"),
+                    "{text}"
+                );
+            }
+        }
+        assert_eq!(
+            nodes.holders(&redis_key).await,
+            0,
+            "a node still holds {name} after the attempt"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_grants_are_given_back() {
+    let nodes = Nodes::start().await;
+    let lock = Redlock::connect(nodes.config()).await.unwrap();
+    let addrs = nodes.servers.addrs();
+
+    // Two of five held under another value: three is still a quorum.
+    let k = key("two-held");
+    let rk = lock.redis_key(&k);
+    for &a in &addrs[..2] {
+        assert_eq!(
+            command(a, &["SET", &rk, "someone-else", "PX", "30000"])
+                .await
+                .unwrap(),
+            "+OK"
+        );
+    }
+    let g = lock
+        .acquire(
+            &k,
+            AcquireOptions::default().wait(Wait::For(Duration::from_millis(500))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(nodes.holders(&rk).await, 5);
+    g.release().await.unwrap();
+    let values = nodes.values(&rk).await;
+    assert_eq!(
+        values[..2],
+        ["$12", "$12"],
+        "the other holder's values were touched"
+    );
+    assert_eq!(values[2..], ["$-1", "$-1", "$-1"]);
+
+    // Three of five held: no quorum; the two granted are released.
+    let k = key("three-held");
+    let rk = lock.redis_key(&k);
+    for &a in &addrs[..3] {
+        command(a, &["SET", &rk, "someone-else", "PX", "30000"])
+            .await
+            .unwrap();
+    }
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let r = lock
+        .acquire(&k, AcquireOptions::default().wait(Wait::For(wait)))
+        .await;
+    let took = started.elapsed();
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(
+        took >= wait && took < wait + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    let values = nodes.values(&rk).await;
+    assert_eq!(
+        values[3..],
+        ["$-1", "$-1"],
+        "the two nodes we got were not released"
+    );
+    assert_eq!(values[..3], ["$12", "$12", "$12"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_costs_at_most_the_node_timeout() {
+    let nodes = Nodes::start().await;
+    let config = nodes.config();
+    let node_timeout = config.node_timeout;
+    let lock = Redlock::connect(config).await.unwrap();
+    let k = key("blackhole");
+    lock.acquire(&k, AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap(); // warm up
+    nodes.proxies[4].set(Fault::Blackhole);
+    let started = Instant::now();
+    let g = lock
+        .acquire(&k, AcquireOptions::default().wait(Wait::No))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= node_timeout,
+        "did not wait for the silent node at all ({took:?})"
+    );
+    assert!(
+        took < node_timeout + Duration::from_millis(500),
+        "a silent node stalled the acquire: {took:?}"
+    );
+    let started = Instant::now();
+    g.release().await.unwrap();
+    assert!(started.elapsed() < node_timeout + Duration::from_millis(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_fan_out_in_parallel() {
+    let nodes = Nodes::start().await;
+    let lock = Redlock::connect(nodes.config()).await.unwrap();
+    let k = key("fan-out");
+    lock.acquire(&k, AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap(); // warm up
+    // 10 ms each way on every node: 20 ms per round trip.
+    for p in &nodes.proxies {
+        p.set(Fault::Delay(Duration::from_millis(10)));
+    }
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let g = lock
+            .acquire(&k, AcquireOptions::default().wait(Wait::No))
+            .await
+            .unwrap();
+        best = best.min(started.elapsed());
+        for p in &nodes.proxies {
+            p.set(Fault::None);
+        }
+        g.release().await.unwrap();
+        for p in &nodes.proxies {
+            p.set(Fault::Delay(Duration::from_millis(10)));
+        }
+    }
+    // One at a time would take 5 x 20 ms.
+    assert!(
+        best >= Duration::from_millis(20),
+        "the delay did not apply: {best:?}"
+    );
+    assert!(
+        best < Duration::from_millis(100),
+        "the nodes were asked one after another: {best:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_validity_is_used_up_is_refused_and_released() {
+    let nodes = Nodes::start().await;
+    let mut config = nodes.config();
+    config.node_timeout = Duration::from_secs(2);
+    let lock = Redlock::connect(config).await.unwrap();
+    let k = key("too-slow");
+    let rk = lock.redis_key(&k);
+    lock.acquire(&k, AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap(); // warm up
+    // One node answers after 400 ms: the round outlives a 300 ms TTL.
+    nodes.proxies[0].set(Fault::Delay(Duration::from_millis(200)));
+    let r = lock
+        .acquire(
+            &k,
+            AcquireOptions::default()
+                .ttl(Duration::from_millis(300))
+                .wait(Wait::No),
+        )
+        .await;
+    let e = r.expect_err("a grant without validity");
+    let q = quorum_error(&e);
+    assert!(q.validity_used_up, "{q}");
+    assert_eq!(
+        nodes.holders(&rk).await,
+        0,
+        "the used-up grant was not released everywhere"
+    );
+}
