@@ -1,0 +1,242 @@
+//! [`EtcdGuard`]: a held lock key, its session, and the fenced write.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
+use tokio::task::JoinHandle;
+
+use crate::lock::{BACKEND, EtcdLock, Slot};
+use crate::recipe::{self, Resigned};
+use crate::session::{MIN_TTL, Session};
+
+/// The guard of an etcd grant. Its token is its key's create revision.
+///
+/// `lost()` fires when the session's lease is, or may be, gone (see
+/// [`EtcdLock`] for sessions). Dropping the guard deletes its key in the
+/// background (best effort; the lease is the backstop).
+#[must_use = "dropping the guard releases the lock (best effort)"]
+pub struct EtcdGuard {
+    lock: EtcdLock,
+    key: LockKey,
+    my_key: String,
+    my_rev: i64,
+    slot: Mutex<Slot>,
+    lost: LostSignal,
+    trigger: LostTrigger,
+    watcher: Mutex<JoinHandle<()>>,
+    released: bool,
+}
+
+/// Fires the guard's signal when the session's fires.
+fn follow(session: &Session, trigger: &LostTrigger) -> JoinHandle<()> {
+    let (signal, trigger) = (session.lost(), trigger.clone());
+    tokio::spawn(async move {
+        signal.wait().await;
+        trigger.fire();
+    })
+}
+
+impl EtcdGuard {
+    pub(crate) fn new(lock: EtcdLock, key: LockKey, my_key: String, my_rev: i64, slot: Slot) -> Self {
+        let (trigger, lost) = LostSignal::pair();
+        let watcher = follow(&slot.session, &trigger);
+        EtcdGuard {
+            lock,
+            key,
+            my_key,
+            my_rev,
+            slot: Mutex::new(slot),
+            lost,
+            trigger,
+            watcher: Mutex::new(watcher),
+            released: false,
+        }
+    }
+
+    /// The etcd key this guard holds: `{prefix}{name}/{lease in hex}`.
+    pub fn etcd_key(&self) -> &str {
+        &self.my_key
+    }
+
+    /// The lease the key is attached to.
+    pub fn lease(&self) -> i64 {
+        self.session().lease
+    }
+
+    fn session(&self) -> Arc<Session> {
+        Arc::clone(&self.slot.lock().unwrap_or_else(PoisonError::into_inner).session)
+    }
+
+    /// Writes `value` at `key` in etcd **only if this guard still holds the
+    /// lock**, in one transaction: `If create_revision(lock key) == token,
+    /// Then Put(key, value)`. This is the fenced write for resources kept in
+    /// etcd itself; `Ok(false)` means the lock was lost and nothing was
+    /// written.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: &dlock_etcd::EtcdGuard) -> dlock_core::Result<()> {
+    /// if !guard.put_if_held("config/active", "v42").await? {
+    ///     // Someone else holds the lock now: our write was refused.
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails (the write
+    /// may or may not have happened only if the reply was lost).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after sending may or may not write.
+    pub async fn put_if_held(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        let timeout = self.lock.inner.config.request_timeout;
+        recipe::put_if_owner(
+            &self.lock.inner.client,
+            &self.my_key,
+            self.my_rev,
+            key.as_ref(),
+            value.as_ref(),
+            timeout,
+        )
+        .await
+    }
+
+    fn refusal(&self, found: Resigned) -> Result<()> {
+        let key = self.key.as_str().to_owned();
+        match found {
+            Resigned::Done => Ok(()),
+            Resigned::Gone => Err(Error::Lost { key }),
+            Resigned::Other => Err(Error::NotHeld { key }),
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdGuard")
+            .field("key", &self.my_key)
+            .field("token", &self.my_rev)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Guard for EtcdGuard {
+    fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    fn token(&self) -> Option<FencingToken> {
+        u64::try_from(self.my_rev).ok().map(FencingToken::new)
+    }
+
+    fn lost(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    fn is_held(&self) -> bool {
+        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session().is_alive()
+    }
+
+    /// See [`Guard::extend`]. On a shared session the lease is kept alive
+    /// anyway: this checks that the session and the key are still there. A
+    /// guard with a lease of its own has its key moved to a fresh lease of
+    /// `ttl` (rounded up to whole seconds, at least 2).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lease or key is gone (fires `lost()`);
+    /// [`Error::NotHeld`] if another key sits there; [`Error::Unavailable`]
+    /// when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave a fresh lease unused (revoked when
+    /// dropped) and the key on its old lease.
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        if self.lock.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
+        }
+        let timeout = self.lock.inner.config.request_timeout;
+        let client = &self.lock.inner.client;
+        let session = self.session();
+        if !session.is_alive() {
+            self.trigger.fire();
+            return Err(Error::Lost {
+                key: self.key.as_str().to_owned(),
+            });
+        }
+        let found = if session.kept_alive {
+            if recipe::still_ours(client, &self.my_key, self.my_rev, timeout).await? {
+                Resigned::Done
+            } else {
+                Resigned::Gone
+            }
+        } else {
+            let fresh = Session::open(
+                client,
+                ttl.max(MIN_TTL),
+                false,
+                timeout,
+                Arc::clone(&self.lock.inner.abandoned),
+            )
+            .await?;
+            let found =
+                recipe::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
+            if found == Resigned::Done {
+                let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+                watcher.abort();
+                *watcher = follow(&fresh, &self.trigger);
+                // The old lease is revoked when its session drops: our key is
+                // no longer on it.
+                slot.session = fresh;
+            }
+            found
+        };
+        if found != Resigned::Done {
+            self.trigger.fire();
+        }
+        self.refusal(found)
+    }
+
+    /// See [`Guard::release`]: deletes the key if it still has our create
+    /// revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the key was already gone (lease expired or
+    /// revoked); [`Error::Unavailable`] when etcd fails (the lease frees it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the guard, whose `Drop` deletes the key in
+    /// the background.
+    async fn release(mut self) -> Result<()> {
+        if self.lock.is_abandoned() {
+            self.released = true;
+            return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
+        }
+        let timeout = self.lock.inner.config.request_timeout;
+        let found = recipe::resign(&self.lock.inner.client, &self.my_key, self.my_rev, timeout).await?;
+        self.released = true;
+        self.trigger.fire();
+        self.refusal(found)
+    }
+}
+
+impl Drop for EtcdGuard {
+    fn drop(&mut self) {
+        self.watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .abort();
+        if !self.released {
+            let lease = self.lease();
+            self.lock
+                .resign_in_background(std::mem::take(&mut self.my_key), Some(self.my_rev), lease);
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! [`EtcdLock`]: connecting, sessions, acquiring.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
+
+use crate::config::EtcdConfig;
+use crate::guard::EtcdGuard;
+use crate::recipe::{self, Resigned, bounded};
+use crate::session::{MIN_TTL, Session, lease_seconds};
+
+pub(crate) const BACKEND: &str = "etcd";
+
+/// Maps an etcd client error into dlock's [`Error`].
+pub(crate) fn map_err(e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(ref status) => {
+            let code: i32 = status.code().into();
+            // Cancelled, Unknown, DeadlineExceeded, ResourceExhausted,
+            // Aborted, Unavailable: the cluster could not serve it now.
+            if matches!(code, 1 | 2 | 4 | 8 | 10 | 14) {
+                Error::unavailable(BACKEND, e)
+            } else if code == 16 || code == 7 {
+                Error::InvalidConfig(format!("etcd refused the credentials: {e}"))
+            } else {
+                Error::backend(BACKEND, e)
+            }
+        }
+        E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => {
+            Error::unavailable(BACKEND, e)
+        }
+        E::InvalidUri(_) | E::InvalidArgs(_) | E::EndpointError(_) | E::InvalidMetadataValue(_) => {
+            Error::InvalidConfig(format!("etcd: {e}"))
+        }
+        other => Error::backend(BACKEND, other),
+    }
+}
+
+/// A lock backend on etcd. Cheap to clone (clones share the client and the
+/// sessions).
+///
+/// # Sessions and TTLs
+///
+/// Guards taken with `auto_extend` (the default) live on a *session*: one
+/// lease per distinct TTL (`AcquireOptions::ttl` in whole seconds, at least
+/// 2), kept alive in the background at a third of its TTL and shared by all
+/// of them. If this process dies, etcd frees their locks when that TTL runs
+/// out. When a session's lease is lost (keep-alives fail past its deadline,
+/// or it is revoked or expires), every guard on it fires `lost()` and the
+/// next acquire opens a new session; the old guards never come back to life.
+/// Two acquires of the same name through one `EtcdLock` use two leases (the
+/// key is per lease), so they exclude each other.
+///
+/// A guard without `auto_extend` gets a lease of its own with exactly its TTL
+/// (rounded up to whole seconds) that nobody keeps alive; `extend(ttl)`
+/// moves its key to a fresh lease of the new TTL.
+#[derive(Clone)]
+pub struct EtcdLock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) config: EtcdConfig,
+    /// Shared sessions and the lock names each one is using.
+    sessions: Mutex<Vec<(Arc<Session>, HashSet<String>)>>,
+    pub(crate) abandoned: Arc<AtomicBool>,
+    host: String,
+}
+
+/// Who holds a lock, for operators: see [`EtcdLock::holder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdHolder {
+    /// The holder's key (`{prefix}{name}/{lease in hex}`).
+    pub key: String,
+    /// The lease the key is attached to.
+    pub lease: i64,
+    /// The key's create revision: the holder's fencing token.
+    pub create_revision: i64,
+    /// The key's value: `host pid unix-ms` when dlock wrote it (`etcdctl
+    /// lock` writes an empty value).
+    pub value: String,
+}
+
+/// A claim on a session for one lock name; gives the name back on drop.
+pub(crate) struct Slot {
+    lock: EtcdLock,
+    pub(crate) session: Arc<Session>,
+    name: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut sessions = self
+            .lock
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, names)) = sessions.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &self.session)) {
+            names.remove(&self.name);
+        }
+        // Keep one idle session per TTL; drop (and so revoke) the extra ones.
+        let mut seen = HashSet::new();
+        sessions.retain(|(s, names)| !names.is_empty() || seen.insert(s.ttl));
+    }
+}
+
+impl EtcdLock {
+    /// Connects to the cluster.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidConfig`] as [`EtcdConfig::validate`], or an unreadable
+    ///   CA file, or refused credentials;
+    /// - [`Error::Unavailable`] if no endpoint answers within `dial_timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-built client.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        config.validate()?;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.dial_timeout)
+            .with_timeout(config.request_timeout)
+            .with_keep_alive(Duration::from_secs(2), config.request_timeout)
+            .with_keep_alive_while_idle(true);
+        if let (Some(user), Some(password)) = (&config.user, &config.password) {
+            options = options.with_user(user.clone(), password.clone());
+        } else if let Some(user) = &config.user {
+            options = options.with_user(user.clone(), String::new());
+        }
+        if config.uses_tls() {
+            let mut tls = TlsOptions::new();
+            if let Some(path) = &config.ca_file {
+                let pem = std::fs::read(path)
+                    .map_err(|e| Error::InvalidConfig(format!("etcd CA file {}: {e}", path.display())))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            options = options.with_tls(tls);
+        }
+        let endpoints: Vec<String> = config
+            .endpoints
+            .iter()
+            .map(|e| {
+                if e.contains("://") {
+                    e.clone()
+                } else if config.uses_tls() {
+                    format!("https://{e}")
+                } else {
+                    format!("http://{e}")
+                }
+            })
+            .collect();
+        let client =
+            match tokio::time::timeout(config.dial_timeout, Client::connect(&endpoints, Some(options))).await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    return Err(match map_err(e) {
+                        Error::Backend { source, .. } => Error::Unavailable {
+                            backend: BACKEND,
+                            source,
+                        },
+                        other => other,
+                    });
+                }
+                Err(_) => {
+                    return Err(Error::unavailable(
+                        BACKEND,
+                        format!(
+                            "no etcd endpoint of {endpoints:?} answered within {:?}",
+                            config.dial_timeout
+                        ),
+                    ));
+                }
+            };
+        // Prove the cluster answers (connect is lazy for some transports).
+        bounded(
+            config.dial_timeout,
+            client
+                .clone()
+                .get("dlock-probe", Some(GetOptions::new().with_count_only())),
+        )
+        .await
+        .map_err(|e| match e {
+            Error::Backend { source, .. } => Error::Unavailable {
+                backend: BACKEND,
+                source,
+            },
+            other => other,
+        })?;
+        Ok(EtcdLock {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                sessions: Mutex::default(),
+                abandoned: Arc::default(),
+                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "unknown-host".to_owned()),
+            }),
+        })
+    }
+
+    /// The configuration this handle was connected with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.inner.config
+    }
+
+    /// The key prefix a lock name's contenders live under: `{prefix}{name}/`.
+    pub fn lock_prefix(&self, key: &LockKey) -> String {
+        format!("{}{}/", self.inner.config.key_prefix, key.as_str())
+    }
+
+    /// Who holds `key`: the contender with the lowest create revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn holder(&self, key: &LockKey) -> Result<Option<EtcdHolder>> {
+        let kv = recipe::holder(
+            &self.inner.client,
+            &self.lock_prefix(key),
+            self.inner.config.request_timeout,
+        )
+        .await?;
+        Ok(kv.map(|kv| EtcdHolder {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            lease: kv.lease(),
+            create_revision: kv.create_revision(),
+            value: String::from_utf8_lossy(kv.value()).into_owned(),
+        }))
+    }
+
+    /// Every contender key (holders and waiters) under `{prefix}{namespace}`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn contender_keys(&self, namespace: &str) -> Result<Vec<String>> {
+        let prefix = format!("{}{namespace}", self.inner.config.key_prefix);
+        let resp = bounded(
+            self.inner.config.request_timeout,
+            self.inner
+                .client
+                .clone()
+                .get(prefix, Some(GetOptions::new().with_prefix().with_keys_only())),
+        )
+        .await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect())
+    }
+
+    /// Drops everything without releasing: sessions stop keeping their leases
+    /// alive and revoke nothing, guards' drops delete nothing; etcd frees the
+    /// locks when the leases expire. As if this process had died.
+    pub fn abandon(&self) {
+        self.inner.abandoned.store(true, Ordering::SeqCst);
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.inner.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// A session for `name`: a shared, kept-alive one of this TTL not already
+    /// used for `name`, or a new one; or, without auto-extend, a lease of its
+    /// own.
+    pub(crate) async fn slot(&self, name: &str, ttl: Duration, auto_extend: bool) -> Result<Slot> {
+        let timeout = self.inner.config.request_timeout;
+        if !auto_extend {
+            let session = Session::open(
+                &self.inner.client,
+                ttl,
+                false,
+                timeout,
+                Arc::clone(&self.inner.abandoned),
+            )
+            .await?;
+            return Ok(Slot {
+                lock: self.clone(),
+                session,
+                name: name.to_owned(),
+            });
+        }
+        let wanted = lease_seconds(ttl);
+        {
+            let mut sessions = self.inner.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            sessions.retain(|(s, _)| s.is_alive());
+            let free = sessions.iter_mut().find(|(s, names)| {
+                i64::try_from(s.ttl.as_secs()).is_ok_and(|t| t == wanted) && !names.contains(name)
+            });
+            if let Some((session, names)) = free {
+                names.insert(name.to_owned());
+                return Ok(Slot {
+                    lock: self.clone(),
+                    session: Arc::clone(session),
+                    name: name.to_owned(),
+                });
+            }
+        }
+        let session = Session::open(
+            &self.inner.client,
+            ttl,
+            true,
+            timeout,
+            Arc::clone(&self.inner.abandoned),
+        )
+        .await?;
+        let mut names = HashSet::new();
+        names.insert(name.to_owned());
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((Arc::clone(&session), names));
+        Ok(Slot {
+            lock: self.clone(),
+            session,
+            name: name.to_owned(),
+        })
+    }
+
+    fn value(&self) -> String {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("{} {} {since}", self.inner.host, std::process::id())
+    }
+
+    /// Deletes a contender key in the background (for drops).
+    pub(crate) fn resign_in_background(&self, my_key: String, my_rev: Option<i64>, lease: i64) {
+        if self.is_abandoned() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (client, timeout) = (self.inner.client.clone(), self.inner.config.request_timeout);
+            drop(rt.spawn(async move {
+                let _ = match my_rev {
+                    Some(rev) => recipe::resign(&client, &my_key, rev, timeout).await.map(drop),
+                    None => recipe::resign_by_lease(&client, &my_key, lease, timeout).await,
+                };
+            }));
+        }
+    }
+}
+
+/// Deletes our contender key if an acquire ends without a grant (dropped).
+struct ResignOnDrop<'a> {
+    lock: &'a EtcdLock,
+    my_key: &'a str,
+    my_rev: Option<i64>,
+    lease: i64,
+    armed: bool,
+}
+
+impl Drop for ResignOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lock
+                .resign_in_background(self.my_key.to_owned(), self.my_rev, self.lease);
+        }
+    }
+}
+
+impl std::fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLock")
+            .field("config", &self.inner.config)
+            .field("abandoned", &self.is_abandoned())
+            .finish()
+    }
+}
+
+impl Lock for EtcdLock {
+    type Guard = EtcdGuard;
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL)
+    }
+
+    /// See [`Lock::acquire`]: the Mutex transaction, then (if not first)
+    /// a watch on the immediate predecessor until every earlier contender is
+    /// gone, then a check that our own key survived the wait.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Timeout`] when the wait ran out (our key is deleted first);
+    /// - [`Error::Lost`] when our lease ended while we waited;
+    /// - [`Error::Unavailable`] when etcd has no quorum or cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call deletes its contender key in the
+    /// background (by create revision, or by lease if the transaction's reply
+    /// was not seen); its lease is the backstop.
+    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
+        if self.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
+        }
+        let started = Instant::now();
+        let timeout = self.inner.config.request_timeout;
+        let client = &self.inner.client;
+        let pfx = self.lock_prefix(key);
+        let slot = self.slot(&pfx, opts.ttl.max(MIN_TTL), opts.auto_extend).await?;
+        let lease = slot.session.lease;
+        let my_key = format!("{pfx}{lease:x}");
+        let mut cleanup = ResignOnDrop {
+            lock: self,
+            my_key: &my_key,
+            my_rev: None,
+            lease,
+            armed: true,
+        };
+        let (my_rev, first) = recipe::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
+        cleanup.my_rev = Some(my_rev);
+        let out_of_time = || async {
+            cleanup_now(client, &my_key, my_rev, timeout).await;
+            Err(Error::Timeout {
+                key: key.as_str().to_owned(),
+            })
+        };
+        if !first {
+            match opts.wait {
+                Wait::No => {
+                    let r = out_of_time().await;
+                    cleanup.armed = false;
+                    return r;
+                }
+                Wait::For(d) => {
+                    let waited = tokio::time::timeout_at(
+                        (started + d).into(),
+                        recipe::wait_for_predecessors(client, &pfx, my_rev, timeout),
+                    )
+                    .await;
+                    match waited {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            let r = out_of_time().await;
+                            cleanup.armed = false;
+                            return r;
+                        }
+                    }
+                }
+                Wait::Forever => recipe::wait_for_predecessors(client, &pfx, my_rev, timeout).await?,
+            }
+            // etcd #11456: only a key that survived the wait may take the lock.
+            if !recipe::still_ours(client, &my_key, my_rev, timeout).await? || !slot.session.is_alive() {
+                return Err(Error::Lost {
+                    key: key.as_str().to_owned(),
+                });
+            }
+        }
+        cleanup.armed = false;
+        drop(cleanup);
+        Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, slot))
+    }
+}
+
+async fn cleanup_now(client: &Client, my_key: &str, my_rev: i64, timeout: Duration) {
+    let _: Result<Resigned> = recipe::resign(client, my_key, my_rev, timeout).await;
+}

@@ -1,0 +1,238 @@
+//! The protocol: etcd's `concurrency.Mutex` recipe, step by step. Everything
+//! the driver does to etcd's keys is here.
+//!
+//! A contender for lock `NAME` writes `{prefix}NAME/{lease id in hex}`,
+//! attached to its lease, in a transaction that creates it only if absent
+//! (`create_revision == 0`) and reads the first creator under the prefix.
+//! The key with the lowest create revision holds the lock; that revision is
+//! the fencing token. A waiter watches only its *immediate* predecessor (the
+//! highest create revision below its own) for deletion, then looks again —
+//! never the whole prefix, so a release wakes one waiter, not a herd. After
+//! waking it checks that its own key still exists (etcd issue #11456: a
+//! waiter whose lease expired must not report a grant).
+//!
+//! This is the layout of Go's `concurrency.Mutex` and of `etcdctl lock`, so
+//! with an empty prefix they and dlock exclude each other. Like them, lock
+//! names where one is a path prefix of the other (`a` and `a/b`) contend.
+
+use std::time::Duration;
+
+use dlock_core::{Error, Result};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
+};
+
+use crate::lock::{BACKEND, map_err};
+
+/// Runs one etcd request with the request timeout.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(Error::unavailable(
+            BACKEND,
+            format!("no answer from etcd within {timeout:?}"),
+        )),
+    }
+}
+
+fn first_created() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+fn ranges(r: &[TxnOpResponse], i: usize) -> Option<&[KeyValue]> {
+    match r.get(i)? {
+        TxnOpResponse::Get(g) => Some(g.kvs()),
+        _ => None,
+    }
+}
+
+/// The Mutex transaction: create `my_key` on `lease` unless it exists, and
+/// read the first creator under `pfx`. Returns our create revision and
+/// whether we hold the lock.
+pub(crate) async fn enter(
+    client: &Client,
+    pfx: &str,
+    my_key: &str,
+    lease: i64,
+    value: &str,
+    timeout: Duration,
+) -> Result<(i64, bool)> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(my_key, CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(my_key, value, Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(pfx, Some(first_created())),
+        ])
+        .or_else([TxnOp::get(my_key, None), TxnOp::get(pfx, Some(first_created()))]);
+    let resp = bounded(timeout, client.clone().txn(txn)).await?;
+    let responses = resp.op_responses();
+    let my_rev = if resp.succeeded() {
+        resp.header()
+            .map(|h| h.revision())
+            .ok_or_else(|| Error::backend(BACKEND, "a transaction reply without a header"))?
+    } else {
+        ranges(&responses, 0)
+            .and_then(|kvs| kvs.first())
+            .map(KeyValue::create_revision)
+            .ok_or_else(|| Error::backend(BACKEND, "our lock key vanished inside a transaction"))?
+    };
+    let owner = ranges(&responses, 1).and_then(|kvs| kvs.first());
+    Ok((my_rev, owner.is_none_or(|kv| kv.create_revision() == my_rev)))
+}
+
+/// Waits until no key under `pfx` was created before `my_rev`: watches the
+/// immediate predecessor's deletion, then looks again.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it drops the watch.
+pub(crate) async fn wait_for_predecessors(
+    client: &Client,
+    pfx: &str,
+    my_rev: i64,
+    timeout: Duration,
+) -> Result<()> {
+    let predecessor = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_max_create_revision(my_rev - 1)
+        .with_limit(1);
+    loop {
+        let resp = bounded(timeout, client.clone().get(pfx, Some(predecessor.clone()))).await?;
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(());
+        };
+        let rev = resp.header().map_or(0, |h| h.revision());
+        let key = kv.key().to_vec();
+        let mut stream = bounded(
+            timeout,
+            client
+                .clone()
+                .watch(key, Some(WatchOptions::new().with_start_revision(rev))),
+        )
+        .await?;
+        // Until the predecessor is deleted (or the watch ends: then look again).
+        'watch: loop {
+            match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        break 'watch;
+                    }
+                }
+                Ok(None) | Err(_) => break 'watch,
+            }
+        }
+    }
+}
+
+/// Whether `my_key` still exists with our create revision.
+pub(crate) async fn still_ours(
+    client: &Client,
+    my_key: &str,
+    my_rev: i64,
+    timeout: Duration,
+) -> Result<bool> {
+    let resp = bounded(timeout, client.clone().get(my_key, None)).await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == my_rev))
+}
+
+/// What deleting our key found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resigned {
+    /// Deleted.
+    Done,
+    /// Already gone (the lease expired or was revoked).
+    Gone,
+    /// Someone else's key is there now.
+    Other,
+}
+
+/// Deletes `my_key` if it still has our create revision.
+pub(crate) async fn resign(
+    client: &Client,
+    my_key: &str,
+    my_rev: i64,
+    timeout: Duration,
+) -> Result<Resigned> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
+        .and_then([TxnOp::delete(my_key, None)])
+        .or_else([TxnOp::get(my_key, None)]);
+    let resp = bounded(timeout, client.clone().txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(Resigned::Done);
+    }
+    let there = ranges(&resp.op_responses(), 0).is_some_and(|kvs| !kvs.is_empty());
+    Ok(if there { Resigned::Other } else { Resigned::Gone })
+}
+
+/// Deletes `my_key` if it is still attached to `lease` (when our create
+/// revision is not known yet: a dropped transaction).
+pub(crate) async fn resign_by_lease(
+    client: &Client,
+    my_key: &str,
+    lease: i64,
+    timeout: Duration,
+) -> Result<()> {
+    let txn = Txn::new()
+        .when([Compare::lease(my_key, CompareOp::Equal, lease)])
+        .and_then([TxnOp::delete(my_key, None)]);
+    bounded(timeout, client.clone().txn(txn)).await.map(drop)
+}
+
+/// Moves `my_key` to `lease` (keeping its value and create revision) if it
+/// still has our create revision. Returns what was found otherwise.
+pub(crate) async fn move_to_lease(
+    client: &Client,
+    my_key: &str,
+    my_rev: i64,
+    lease: i64,
+    timeout: Duration,
+) -> Result<Resigned> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
+        .and_then([TxnOp::put(
+            my_key,
+            "",
+            Some(PutOptions::new().with_lease(lease).with_ignore_value()),
+        )])
+        .or_else([TxnOp::get(my_key, None)]);
+    let resp = bounded(timeout, client.clone().txn(txn)).await?;
+    if resp.succeeded() {
+        return Ok(Resigned::Done);
+    }
+    let there = ranges(&resp.op_responses(), 0).is_some_and(|kvs| !kvs.is_empty());
+    Ok(if there { Resigned::Other } else { Resigned::Gone })
+}
+
+/// The current holder under `pfx`: the key with the lowest create revision.
+pub(crate) async fn holder(client: &Client, pfx: &str, timeout: Duration) -> Result<Option<KeyValue>> {
+    let resp = bounded(timeout, client.clone().get(pfx, Some(first_created()))).await?;
+    Ok(resp.kvs().first().cloned())
+}
+
+/// A write that happens only while we hold the lock: `Txn(If
+/// create_revision(my_key) == my_rev, Then put(key, value))`.
+pub(crate) async fn put_if_owner(
+    client: &Client,
+    my_key: &str,
+    my_rev: i64,
+    key: &[u8],
+    value: &[u8],
+    timeout: Duration,
+) -> Result<bool> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
+        .and_then([TxnOp::put(key, value, None)]);
+    Ok(bounded(timeout, client.clone().txn(txn)).await?.succeeded())
+}

@@ -1,0 +1,66 @@
+//! The conformance kit's factory for `EtcdLock`, over the shared test etcd
+//! of `cargo xtask test` (or a private one under plain `cargo test`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use dlock_core::{LockKey, Result};
+use dlock_etcd::{EtcdConfig, EtcdLock};
+use dlock_testkit::LockFactory;
+use dlock_testkit::launcher::{Etcd, shared};
+
+pub struct EtcdFactory {
+    pub config: EtcdConfig,
+    pub admin: EtcdLock,
+    _server: Option<Arc<Etcd>>,
+}
+
+impl EtcdFactory {
+    pub async fn new(config: EtcdConfig, server: Option<Etcd>) -> Self {
+        let admin = EtcdLock::connect(config.clone())
+            .await
+            .expect("connect to the test etcd");
+        EtcdFactory {
+            config,
+            admin,
+            _server: server.map(Arc::new),
+        }
+    }
+
+    pub async fn shared() -> Self {
+        let endpoint = shared::etcd().await.expect("an etcd for the tests");
+        Self::new(EtcdConfig::new(endpoint.addresses.clone()), endpoint.server).await
+    }
+}
+
+impl LockFactory for EtcdFactory {
+    type Lock = EtcdLock;
+
+    fn name(&self) -> String {
+        format!("etcd {:?}", self.config.endpoints)
+    }
+
+    async fn client(&self) -> Result<EtcdLock> {
+        EtcdLock::connect(self.config.clone()).await
+    }
+
+    async fn crash(&self, client: &EtcdLock) {
+        client.abandon();
+    }
+
+    async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
+        self.admin.contender_keys(namespace).await
+    }
+
+    async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
+        let pfx = self.admin.lock_prefix(key);
+        let ns = pfx.strip_prefix(&self.config.key_prefix).unwrap_or(&pfx);
+        let keys = self.admin.contender_keys(ns).await?;
+        // Direct children only: `{prefix}{name}/{lease}`.
+        Ok(Some(
+            keys.iter()
+                .filter(|k| k.strip_prefix(&pfx).is_some_and(|rest| !rest.contains('/')))
+                .count(),
+        ))
+    }
+}
