@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 use tokio::task::JoinHandle;
 
-use crate::lock::{BACKEND, EtcdLock, Slot};
+use crate::lock::{BACKEND, EtcdLock};
 use crate::recipe::{self, Resigned};
 use crate::session::{MIN_TTL, Session};
 
@@ -21,7 +21,7 @@ pub struct EtcdGuard {
     key: LockKey,
     my_key: String,
     my_rev: i64,
-    slot: Mutex<Slot>,
+    session: Mutex<Arc<Session>>,
     lost: LostSignal,
     trigger: LostTrigger,
     watcher: Mutex<JoinHandle<()>>,
@@ -38,15 +38,21 @@ fn follow(session: &Session, trigger: &LostTrigger) -> JoinHandle<()> {
 }
 
 impl EtcdGuard {
-    pub(crate) fn new(lock: EtcdLock, key: LockKey, my_key: String, my_rev: i64, slot: Slot) -> Self {
+    pub(crate) fn new(
+        lock: EtcdLock,
+        key: LockKey,
+        my_key: String,
+        my_rev: i64,
+        session: Arc<Session>,
+    ) -> Self {
         let (trigger, lost) = LostSignal::pair();
-        let watcher = follow(&slot.session, &trigger);
+        let watcher = follow(&session, &trigger);
         EtcdGuard {
             lock,
             key,
             my_key,
             my_rev,
-            slot: Mutex::new(slot),
+            session: Mutex::new(session),
             lost,
             trigger,
             watcher: Mutex::new(watcher),
@@ -65,7 +71,7 @@ impl EtcdGuard {
     }
 
     fn session(&self) -> Arc<Session> {
-        Arc::clone(&self.slot.lock().unwrap_or_else(PoisonError::into_inner).session)
+        Arc::clone(&self.session.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Writes `value` at `key` in etcd **only if this guard still holds the
@@ -186,13 +192,13 @@ impl Guard for EtcdGuard {
             let found =
                 recipe::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
             if found == Resigned::Done {
-                let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
                 watcher.abort();
                 *watcher = follow(&fresh, &self.trigger);
                 // The old lease is revoked when its session drops: our key is
                 // no longer on it.
-                slot.session = fresh;
+                *session = fresh;
             }
             found
         };
@@ -220,6 +226,7 @@ impl Guard for EtcdGuard {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
         let timeout = self.lock.inner.config.request_timeout;
+        // On an error, Drop keeps trying in the background.
         let found = recipe::resign(&self.lock.inner.client, &self.my_key, self.my_rev, timeout).await?;
         self.released = true;
         self.trigger.fire();

@@ -1,6 +1,5 @@
 //! [`EtcdLock`]: connecting, sessions, acquiring.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,6 +13,10 @@ use crate::recipe::{self, Resigned, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 
 pub(crate) const BACKEND: &str = "etcd";
+
+/// How often a background delete of a contender key is tried (about a
+/// minute in all, with backoff).
+const RESIGN_ATTEMPTS: usize = 35;
 
 /// Maps an etcd client error into dlock's [`Error`].
 pub(crate) fn map_err(e: etcd_client::Error) -> Error {
@@ -53,8 +56,11 @@ pub(crate) fn map_err(e: etcd_client::Error) -> Error {
 /// out. When a session's lease is lost (keep-alives fail past its deadline,
 /// or it is revoked or expires), every guard on it fires `lost()` and the
 /// next acquire opens a new session; the old guards never come back to life.
-/// Two acquires of the same name through one `EtcdLock` use two leases (the
-/// key is per lease), so they exclude each other.
+/// Each acquire writes its own key, `{prefix}{name}/{lease}-{n}`: Go's layout
+/// (`{lease}`) plus a per-acquire suffix, so two acquires of one name through
+/// one `EtcdLock` exclude each other, and an acquire never adopts a key that
+/// an earlier, failed release left behind (such keys are deleted in the
+/// background; the lease is the backstop).
 ///
 /// A guard without `auto_extend` gets a lease of its own with exactly its TTL
 /// (rounded up to whole seconds) that nobody keeps alive; `extend(ttl)`
@@ -67,8 +73,8 @@ pub struct EtcdLock {
 pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) config: EtcdConfig,
-    /// Shared sessions and the lock names each one is using.
-    sessions: Mutex<Vec<(Arc<Session>, HashSet<String>)>>,
+    /// The shared, kept-alive sessions: one per lease TTL.
+    sessions: Mutex<Vec<Arc<Session>>>,
     pub(crate) abandoned: Arc<AtomicBool>,
     host: String,
 }
@@ -85,30 +91,6 @@ pub struct EtcdHolder {
     /// The key's value: `host pid unix-ms` when dlock wrote it (`etcdctl
     /// lock` writes an empty value).
     pub value: String,
-}
-
-/// A claim on a session for one lock name; gives the name back on drop.
-pub(crate) struct Slot {
-    lock: EtcdLock,
-    pub(crate) session: Arc<Session>,
-    name: String,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut sessions = self
-            .lock
-            .inner
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, names)) = sessions.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &self.session)) {
-            names.remove(&self.name);
-        }
-        // Keep one idle session per TTL; drop (and so revoke) the extra ones.
-        let mut seen = HashSet::new();
-        sessions.retain(|(s, names)| !names.is_empty() || seen.insert(s.ttl));
-    }
 }
 
 impl EtcdLock {
@@ -284,62 +266,30 @@ impl EtcdLock {
         self.inner.abandoned.load(Ordering::SeqCst)
     }
 
-    /// A session for `name`: a shared, kept-alive one of this TTL not already
-    /// used for `name`, or a new one; or, without auto-extend, a lease of its
-    /// own.
-    pub(crate) async fn slot(&self, name: &str, ttl: Duration, auto_extend: bool) -> Result<Slot> {
+    /// A session for an acquire: the shared, kept-alive one of this TTL (a
+    /// new one if there is none alive), or, without auto-extend, a lease of
+    /// its own.
+    pub(crate) async fn session(&self, ttl: Duration, auto_extend: bool) -> Result<Arc<Session>> {
         let timeout = self.inner.config.request_timeout;
+        let abandoned = Arc::clone(&self.inner.abandoned);
         if !auto_extend {
-            let session = Session::open(
-                &self.inner.client,
-                ttl,
-                false,
-                timeout,
-                Arc::clone(&self.inner.abandoned),
-            )
-            .await?;
-            return Ok(Slot {
-                lock: self.clone(),
-                session,
-                name: name.to_owned(),
-            });
+            return Session::open(&self.inner.client, ttl, false, timeout, abandoned).await;
         }
         let wanted = lease_seconds(ttl);
         {
             let mut sessions = self.inner.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            sessions.retain(|(s, _)| s.is_alive());
-            let free = sessions.iter_mut().find(|(s, names)| {
-                i64::try_from(s.ttl.as_secs()).is_ok_and(|t| t == wanted) && !names.contains(name)
-            });
-            if let Some((session, names)) = free {
-                names.insert(name.to_owned());
-                return Ok(Slot {
-                    lock: self.clone(),
-                    session: Arc::clone(session),
-                    name: name.to_owned(),
-                });
+            sessions.retain(|s| s.is_alive());
+            if let Some(s) = sessions.iter().find(|s| s.lease_seconds() == wanted) {
+                return Ok(Arc::clone(s));
             }
         }
-        let session = Session::open(
-            &self.inner.client,
-            ttl,
-            true,
-            timeout,
-            Arc::clone(&self.inner.abandoned),
-        )
-        .await?;
-        let mut names = HashSet::new();
-        names.insert(name.to_owned());
+        let session = Session::open(&self.inner.client, ttl, true, timeout, abandoned).await?;
         self.inner
             .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((Arc::clone(&session), names));
-        Ok(Slot {
-            lock: self.clone(),
-            session,
-            name: name.to_owned(),
-        })
+            .push(Arc::clone(&session));
+        Ok(session)
     }
 
     fn value(&self) -> String {
@@ -349,18 +299,34 @@ impl EtcdLock {
         format!("{} {} {since}", self.inner.host, std::process::id())
     }
 
-    /// Deletes a contender key in the background (for drops).
+    /// Deletes a contender key in the background (for drops and failed
+    /// releases), retrying for a while: a key left behind would block the
+    /// lock until its lease ends.
     pub(crate) fn resign_in_background(&self, my_key: String, my_rev: Option<i64>, lease: i64) {
         if self.is_abandoned() {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (client, timeout) = (self.inner.client.clone(), self.inner.config.request_timeout);
+            let lock = self.clone();
             drop(rt.spawn(async move {
-                let _ = match my_rev {
-                    Some(rev) => recipe::resign(&client, &my_key, rev, timeout).await.map(drop),
-                    None => recipe::resign_by_lease(&client, &my_key, lease, timeout).await,
-                };
+                let (client, timeout) = (&lock.inner.client, lock.inner.config.request_timeout);
+                let mut pause = Duration::from_millis(50);
+                for _ in 0..RESIGN_ATTEMPTS {
+                    if lock.is_abandoned() {
+                        return;
+                    }
+                    let done = match my_rev {
+                        Some(rev) => recipe::resign(client, &my_key, rev, timeout).await.is_ok(),
+                        None => recipe::resign_by_lease(client, &my_key, lease, timeout)
+                            .await
+                            .is_ok(),
+                    };
+                    if done {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
             }));
         }
     }
@@ -427,9 +393,9 @@ impl Lock for EtcdLock {
         let timeout = self.inner.config.request_timeout;
         let client = &self.inner.client;
         let pfx = self.lock_prefix(key);
-        let slot = self.slot(&pfx, opts.ttl.max(MIN_TTL), opts.auto_extend).await?;
-        let lease = slot.session.lease;
-        let my_key = format!("{pfx}{lease:x}");
+        let session = self.session(opts.ttl.max(MIN_TTL), opts.auto_extend).await?;
+        let lease = session.lease;
+        let my_key = format!("{pfx}{lease:x}-{:x}", session.next_attempt());
         let mut cleanup = ResignOnDrop {
             lock: self,
             my_key: &my_key,
@@ -470,7 +436,7 @@ impl Lock for EtcdLock {
                 Wait::Forever => recipe::wait_for_predecessors(client, &pfx, my_rev, timeout).await?,
             }
             // etcd #11456: only a key that survived the wait may take the lock.
-            if !recipe::still_ours(client, &my_key, my_rev, timeout).await? || !slot.session.is_alive() {
+            if !recipe::still_ours(client, &my_key, my_rev, timeout).await? || !session.is_alive() {
                 return Err(Error::Lost {
                     key: key.as_str().to_owned(),
                 });
@@ -478,7 +444,7 @@ impl Lock for EtcdLock {
         }
         cleanup.armed = false;
         drop(cleanup);
-        Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, slot))
+        Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, session))
     }
 }
 

@@ -2,7 +2,7 @@
 //! without auto-extend, left to run out), and the signal that fires when it
 //! is, or may be, gone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ pub(crate) struct Session {
     client: Client,
     abandoned: Arc<AtomicBool>,
     timeout: Duration,
+    attempts: AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
@@ -110,7 +111,18 @@ impl Session {
             client: client.clone(),
             abandoned,
             timeout,
+            attempts: AtomicU64::new(0),
         }))
+    }
+
+    /// A number unique among this session's acquires.
+    pub(crate) fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The lease TTL in whole seconds.
+    pub(crate) fn lease_seconds(&self) -> i64 {
+        i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX)
     }
 
     /// `true` while the lease is known to be alive.
