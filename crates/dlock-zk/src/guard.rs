@@ -1,0 +1,209 @@
+//! [`ZkGuard`]: a held lock node.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use dlock_core::{
+    AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result, drift,
+};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::lock::ZkLock;
+use crate::recipe;
+use crate::session::Session;
+
+/// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
+///
+/// `is_held()` is false while the session is disconnected (SUSPENDED) and
+/// true again if it reconnects in time; `lost()` fires when the session
+/// expires (LOST), or, without auto-extend, when the guard's own TTL runs
+/// out (it then deletes its node). Dropping the guard deletes its node in
+/// the background.
+#[must_use = "dropping the guard releases the lock (best effort)"]
+pub struct ZkGuard {
+    lock: ZkLock,
+    key: LockKey,
+    path: String,
+    czxid: i64,
+    session: Arc<Session>,
+    lost: LostSignal,
+    trigger: LostTrigger,
+    /// The guard's own deadline, without auto-extend.
+    deadline: Option<Arc<(Mutex<Instant>, Notify)>>,
+    keeper: JoinHandle<()>,
+    released: bool,
+}
+
+fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
+    (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent)
+}
+
+impl ZkGuard {
+    pub(crate) fn new(
+        lock: ZkLock,
+        key: LockKey,
+        path: String,
+        czxid: i64,
+        session: Arc<Session>,
+        opts: AcquireOptions,
+    ) -> Self {
+        let (trigger, lost) = LostSignal::pair();
+        let deadline = (!opts.auto_extend).then(|| {
+            Arc::new((
+                Mutex::new(local_deadline(Instant::now(), opts.ttl)),
+                Notify::new(),
+            ))
+        });
+        let keeper = {
+            let (session_lost, trigger, deadline) = (session.lost(), trigger.clone(), deadline.clone());
+            let (lock, session, path) = (lock.clone(), Arc::clone(&session), path.clone());
+            tokio::spawn(async move {
+                let Some(deadline) = deadline else {
+                    session_lost.wait().await;
+                    trigger.fire();
+                    return;
+                };
+                loop {
+                    let at = *deadline.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    tokio::select! {
+                        () = session_lost.wait() => break,
+                        () = deadline.1.notified() => continue,
+                        () = tokio::time::sleep_until(at.into()) => {
+                            if *deadline.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
+                                // The guard's TTL ran out: give the lock up.
+                                lock.delete_in_background(&session, path);
+                                break;
+                            }
+                        }
+                    }
+                }
+                trigger.fire();
+            })
+        };
+        ZkGuard {
+            lock,
+            key,
+            path,
+            czxid,
+            session,
+            lost,
+            trigger,
+            deadline,
+            keeper,
+            released: false,
+        }
+    }
+
+    /// The lock node this guard holds (full path).
+    pub fn node(&self) -> &str {
+        &self.path
+    }
+}
+
+impl std::fmt::Debug for ZkGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkGuard")
+            .field("node", &self.path)
+            .field("token", &self.czxid)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Guard for ZkGuard {
+    fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    fn token(&self) -> Option<FencingToken> {
+        u64::try_from(self.czxid).ok().map(FencingToken::new)
+    }
+
+    fn lost(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    fn is_held(&self) -> bool {
+        let in_time = self
+            .deadline
+            .as_ref()
+            .is_none_or(|d| Instant::now() < *d.0.lock().unwrap_or_else(PoisonError::into_inner));
+        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session.connected() && in_time
+    }
+
+    /// See [`Guard::extend`]. The node lives with the session, so this
+    /// checks that the session and the node are still there and, for a guard
+    /// without auto-extend, moves its own deadline to `ttl` from now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the session expired or the node is gone (fires
+    /// `lost()`); [`Error::Unavailable`] while disconnected.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only until the deadline moves; safe to drop.
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let lost = || Error::Lost {
+            key: self.key.as_str().to_owned(),
+        };
+        if self.lost.is_lost() || !self.session.alive() {
+            self.trigger.fire();
+            return Err(lost());
+        }
+        let sent = Instant::now();
+        let client = self.session.client()?;
+        let timeout = self.lock.inner.config.request_timeout;
+        let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
+        if !exists.is_some_and(|s| s.czxid == self.czxid) {
+            self.trigger.fire();
+            return Err(lost());
+        }
+        if let Some(d) = &self.deadline {
+            if *d.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
+                return Err(lost());
+            }
+            *d.0.lock().unwrap_or_else(PoisonError::into_inner) = local_deadline(sent, ttl);
+            d.1.notify_one();
+        }
+        Ok(())
+    }
+
+    /// See [`Guard::release`]: deletes the node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the node was already gone (session expired, or
+    /// the guard's TTL ran out); [`Error::Unavailable`] when ZooKeeper fails
+    /// (the node goes with the session).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the guard, whose `Drop` deletes the node in
+    /// the background.
+    async fn release(mut self) -> Result<()> {
+        self.keeper.abort();
+        let client = self.session.client()?;
+        let deleted = recipe::delete(&client, &self.path, self.lock.inner.config.request_timeout).await?;
+        self.released = true;
+        self.trigger.fire();
+        if deleted {
+            Ok(())
+        } else {
+            Err(Error::Lost {
+                key: self.key.as_str().to_owned(),
+            })
+        }
+    }
+}
+
+impl Drop for ZkGuard {
+    fn drop(&mut self) {
+        self.keeper.abort();
+        if !self.released {
+            self.lock
+                .delete_in_background(&self.session, std::mem::take(&mut self.path));
+        }
+    }
+}

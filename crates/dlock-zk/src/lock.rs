@@ -1,0 +1,410 @@
+//! [`ZkLock`]: sessions, keys to paths, acquiring.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use zookeeper_client::Acls;
+
+use crate::config::{ZkAcl, ZkConfig};
+use crate::guard::ZkGuard;
+use crate::recipe;
+use crate::session::Session;
+
+pub(crate) const BACKEND: &str = "zk";
+
+/// Maps a ZooKeeper client error into dlock's [`Error`].
+pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as E;
+    match e {
+        E::ConnectionLoss
+        | E::Timeout
+        | E::ClientClosed
+        | E::NoHosts
+        | E::SessionExpired
+        | E::SessionMoved => Error::unavailable(BACKEND, e),
+        E::AuthFailed | E::NoAuth | E::InvalidAcl => Error::InvalidConfig(format!("zookeeper: {e}")),
+        E::BadArguments(_) => Error::InvalidKey {
+            reason: format!("zookeeper refused the path: {e}"),
+        },
+        other => Error::backend(BACKEND, other),
+    }
+}
+
+/// A lock backend on ZooKeeper. Cheap to clone (clones share the session).
+///
+/// # Sessions and TTLs
+///
+/// One ZooKeeper session per `ZkLock`, opened at connect and again after it
+/// expires. A lock node is ephemeral: it lives as long as the session, so
+/// with `auto_extend` (the default) a guard holds until released, and a
+/// crashed holder's lock is freed when its session expires (the
+/// `session_timeout` of [`ZkConfig`], as negotiated with the server). The
+/// TTL of `AcquireOptions` is then not used.
+///
+/// Without `auto_extend` the guard gives the lock up itself after its TTL
+/// (deleting its node and firing `lost()`), as the contract says; `extend`
+/// moves that deadline.
+///
+/// While the connection is down (Curator's SUSPENDED) `is_held()` is false:
+/// the holder cannot be sure; it turns true again if the connection comes
+/// back within the session. When the session expires (LOST) `lost()` fires:
+/// the server has deleted the node.
+#[derive(Clone)]
+pub struct ZkLock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ZkConfig,
+    session: tokio::sync::Mutex<Arc<Session>>,
+    abandoned: AtomicBool,
+    host: String,
+}
+
+/// Who holds a lock, for operators: see [`ZkLock::holder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkHolder {
+    /// The holder's node (full path).
+    pub node: String,
+    /// Its data: `host pid unix-ms` when dlock wrote it.
+    pub data: String,
+    /// Its `czxid`: the holder's fencing token.
+    pub czxid: i64,
+    /// The session that owns it.
+    pub session: i64,
+}
+
+impl ZkLock {
+    /// Connects a session.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidConfig`] as [`ZkConfig::validate`], or refused
+    ///   credentials;
+    /// - [`Error::Unavailable`] if no server answers within `connect_timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-built client.
+    pub async fn connect(config: ZkConfig) -> Result<Self> {
+        config.validate()?;
+        let session = Session::open(&config).await?;
+        Ok(ZkLock {
+            inner: Arc::new(Inner {
+                config,
+                session: tokio::sync::Mutex::new(session),
+                abandoned: AtomicBool::new(false),
+                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "unknown-host".to_owned()),
+            }),
+        })
+    }
+
+    /// The configuration this handle was connected with.
+    pub fn config(&self) -> &ZkConfig {
+        &self.inner.config
+    }
+
+    /// The live session, opening a new one if the last one expired.
+    pub(crate) async fn session(&self) -> Result<Arc<Session>> {
+        if self.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this ZkLock was abandoned"));
+        }
+        let mut current = self.inner.session.lock().await;
+        if !current.alive() {
+            *current = Session::open(&self.inner.config).await?;
+        }
+        Ok(Arc::clone(&current))
+    }
+
+    /// The directory of lock `key`: `{root}/{key}`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a key ZooKeeper cannot store as a path: an
+    /// empty segment (`a//b`, a leading or trailing `/`), a `.` or `..`
+    /// segment, or a character ZooKeeper forbids in names.
+    pub fn lock_path(&self, key: &LockKey) -> Result<String> {
+        let name = key.as_str();
+        let bad_segment = name.split('/').find(|s| s.is_empty() || *s == "." || *s == "..");
+        let bad_char = name
+            .chars()
+            .find(|&c| ('\u{e000}'..='\u{f8ff}').contains(&c) || ('\u{fff0}'..='\u{ffff}').contains(&c));
+        if let Some(s) = bad_segment {
+            return Err(Error::InvalidKey {
+                reason: format!("{name:?} has the path segment {s:?}, which ZooKeeper cannot store"),
+            });
+        }
+        if let Some(c) = bad_char {
+            return Err(Error::InvalidKey {
+                reason: format!("{name:?} has {c:?}, which ZooKeeper forbids in node names"),
+            });
+        }
+        Ok(format!("{}/{name}", self.inner.config.root))
+    }
+
+    /// Who holds `key`: the first node in the queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails;
+    /// [`Error::InvalidKey`] as [`lock_path`](Self::lock_path).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn holder(&self, key: &LockKey) -> Result<Option<ZkHolder>> {
+        let dir = self.lock_path(key)?;
+        let client = self.session().await?.client()?;
+        let found = recipe::holder(&client, &dir, self.inner.config.request_timeout).await?;
+        Ok(found.map(|(name, data, stat)| ZkHolder {
+            node: format!("{dir}/{name}"),
+            data: String::from_utf8_lossy(&data).into_owned(),
+            czxid: stat.czxid,
+            session: stat.ephemeral_owner,
+        }))
+    }
+
+    /// The lock nodes (holders and waiters, full paths) of every lock whose
+    /// name starts with `namespace` and ends at a `/` boundary: everything
+    /// under `{root}/{namespace}` when `namespace` ends with `/`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn lock_nodes(&self, namespace: &str) -> Result<Vec<String>> {
+        let client = self.session().await?.client()?;
+        let timeout = self.inner.config.request_timeout;
+        let start = format!("{}/{}", self.inner.config.root, namespace.trim_end_matches('/'));
+        let mut found = Vec::new();
+        let mut stack = vec![start];
+        while let Some(dir) = stack.pop() {
+            let children = match tokio::time::timeout(timeout, client.list_children(&dir)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(zookeeper_client::Error::NoNode)) => continue,
+                Ok(Err(e)) => return Err(map_err(e)),
+                Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                if recipe::sequence(&child).is_some() && child.starts_with("_c_") {
+                    found.push(path);
+                } else {
+                    stack.push(path);
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Drops the connection without closing the session or deleting
+    /// anything, as if this process had died: the server deletes this
+    /// handle's nodes when the session times out.
+    pub fn abandon(&self) {
+        self.inner.abandoned.store(true, Ordering::SeqCst);
+        if let Ok(session) = self.inner.session.try_lock() {
+            session.abandon();
+        }
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.inner.abandoned.load(Ordering::SeqCst)
+    }
+
+    fn acls(&self) -> Acls<'static> {
+        match self.inner.config.acl {
+            ZkAcl::AnyoneAll => Acls::anyone_all(),
+            ZkAcl::CreatorAll => Acls::creator_all(),
+        }
+    }
+
+    fn data(&self) -> Vec<u8> {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("{} {} {since}", self.inner.host, std::process::id()).into_bytes()
+    }
+
+    /// Deletes a node in the background (drops).
+    pub(crate) fn delete_in_background(&self, session: &Arc<Session>, path: String) {
+        if self.is_abandoned() {
+            return;
+        }
+        let (Ok(client), Ok(rt)) = (session.client(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let timeout = self.inner.config.request_timeout;
+        drop(rt.spawn(async move {
+            for _ in 0..10 {
+                if recipe::delete(&client, &path, timeout).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+}
+
+/// Deletes our node if an acquire ends without a grant (dropped).
+struct DeleteOnDrop<'a> {
+    lock: &'a ZkLock,
+    session: &'a Arc<Session>,
+    dir: &'a str,
+    uuid: &'a str,
+    node: Option<String>,
+    armed: bool,
+}
+
+impl Drop for DeleteOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.lock.is_abandoned() {
+            return;
+        }
+        match &self.node {
+            Some(name) => self
+                .lock
+                .delete_in_background(self.session, format!("{}/{name}", self.dir)),
+            // The create's reply was not seen: find the node by uuid, then delete.
+            None => {
+                let (Ok(client), Ok(rt)) = (self.session.client(), tokio::runtime::Handle::try_current())
+                else {
+                    return;
+                };
+                let (dir, uuid, timeout) = (
+                    self.dir.to_owned(),
+                    self.uuid.to_owned(),
+                    self.lock.inner.config.request_timeout,
+                );
+                drop(rt.spawn(async move {
+                    if let Ok(Some((name, _))) = recipe::find_own(&client, &dir, &uuid, timeout).await {
+                        let _ = recipe::delete(&client, &format!("{dir}/{name}"), timeout).await;
+                    }
+                }));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ZkLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkLock")
+            .field("config", &self.inner.config)
+            .field("abandoned", &self.is_abandoned())
+            .finish()
+    }
+}
+
+impl Lock for ZkLock {
+    type Guard = ZkGuard;
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    /// Strict fencing (czxid), FIFO, notified; the shortest TTL is the
+    /// session timeout: a crashed holder is freed no sooner.
+    fn capabilities(&self) -> Capabilities {
+        let timeout = self
+            .inner
+            .session
+            .try_lock()
+            .ok()
+            .and_then(|s| s.timeout())
+            .unwrap_or(self.inner.config.session_timeout);
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout)
+    }
+
+    /// See [`Lock::acquire`]: Curator's recipe (see the crate docs).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Timeout`] when the wait ran out (our node is deleted first);
+    /// - [`Error::Lost`] when our node vanished while we waited (the session
+    ///   expired);
+    /// - [`Error::Unavailable`] when ZooKeeper cannot be reached or has no
+    ///   quorum; [`Error::InvalidKey`] as [`ZkLock::lock_path`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call deletes its node in the background (found
+    /// by uuid if the create's reply was not seen); session expiry is the
+    /// backstop.
+    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
+        let started = Instant::now();
+        let dir = self.lock_path(key)?;
+        let session = self.session().await?;
+        let client = session.client()?;
+        let timeout = self.inner.config.request_timeout;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let mut cleanup = DeleteOnDrop {
+            lock: self,
+            session: &session,
+            dir: &dir,
+            uuid: &uuid,
+            node: None,
+            armed: true,
+        };
+        let (name, czxid) = recipe::create(&client, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
+        cleanup.node = Some(name.clone());
+        let path = format!("{dir}/{name}");
+        let give_up = || async {
+            let _ = recipe::delete(&client, &path, timeout).await;
+            Err(Error::Timeout {
+                key: key.as_str().to_owned(),
+            })
+        };
+        let waited = match opts.wait {
+            Wait::No => match recipe::place(&client, &dir, &name, timeout).await? {
+                recipe::Place::First => Ok(()),
+                recipe::Place::Gone => Err(Error::Lost {
+                    key: key.as_str().to_owned(),
+                }),
+                recipe::Place::After(_) => {
+                    let r = give_up().await;
+                    cleanup.armed = false;
+                    return r;
+                }
+            },
+            Wait::For(d) => {
+                match tokio::time::timeout_at(
+                    (started + d).into(),
+                    recipe::wait_first(&client, &dir, &name, key.as_str(), timeout),
+                )
+                .await
+                {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let r = give_up().await;
+                        cleanup.armed = false;
+                        return r;
+                    }
+                }
+            }
+            Wait::Forever => recipe::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
+        };
+        waited?;
+        if !session.alive() {
+            return Err(Error::Lost {
+                key: key.as_str().to_owned(),
+            });
+        }
+        cleanup.armed = false;
+        drop(cleanup);
+        Ok(ZkGuard::new(
+            self.clone(),
+            key.clone(),
+            path,
+            czxid,
+            session,
+            opts,
+        ))
+    }
+}

@@ -1,0 +1,225 @@
+//! The protocol: Apache Curator's `InterProcessMutex` recipe. Everything the
+//! driver does to ZooKeeper's tree is here.
+//!
+//! Lock `NAME` is the directory `{root}/NAME`. A contender creates an
+//! EPHEMERAL_SEQUENTIAL child `_c_{uuid}-lock-{sequence}` (Curator's exact
+//! naming, so Curator clients and dlock exclude each other), lists the
+//! children, sorts them by the sequence suffix, and holds the lock if its own
+//! comes first; otherwise it watches only its *immediate* predecessor and
+//! looks again when that one goes (no herd). If the connection is lost while
+//! creating, it looks for its own node by the uuid instead of creating a
+//! second one. Missing parent directories are created as containers, which
+//! the server removes once they are empty.
+//!
+//! The fencing token is the node's `czxid` (the transaction id that created
+//! it): unlike the sequence suffix, which is per directory, 32-bit and reset
+//! when the directory is recreated, it increases across the whole ensemble.
+
+use std::time::Duration;
+
+use dlock_core::{Error, Result};
+use zookeeper_client::{Acls, Client, CreateMode, Stat};
+
+use crate::lock::{BACKEND, map_err};
+
+/// The infix between uuid and sequence in Curator's lock node names.
+pub const LOCK_NAME: &str = "-lock-";
+
+/// Runs one request with the request timeout; a timeout is
+/// [`Error::Unavailable`].
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    request: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(Error::unavailable(
+            BACKEND,
+            format!("no answer from zookeeper within {timeout:?}"),
+        )),
+    }
+}
+
+/// The sequence number of a lock node name, if it is one.
+pub(crate) fn sequence(name: &str) -> Option<i64> {
+    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
+    seq.parse().ok()
+}
+
+/// The lock nodes among `children`, in sequence order.
+pub(crate) fn contenders(mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| sequence(c).is_some());
+    children.sort_by_key(|c| sequence(c).unwrap_or(i64::MAX));
+    children
+}
+
+/// Creates our lock node under `dir` (creating `dir` as needed). Returns the
+/// node's name and its `czxid`.
+pub(crate) async fn create(
+    client: &Client,
+    dir: &str,
+    uuid: &str,
+    data: &[u8],
+    acls: Acls<'static>,
+    timeout: Duration,
+) -> Result<(String, i64)> {
+    let prefix = format!("{dir}/_c_{uuid}{LOCK_NAME}");
+    for _ in 0..5 {
+        let created = tokio::time::timeout(
+            timeout,
+            client.create(&prefix, data, &CreateMode::EphemeralSequential.with_acls(acls)),
+        )
+        .await;
+        match created {
+            Ok(Ok((stat, seq))) => return Ok((format!("_c_{uuid}{LOCK_NAME}{seq}"), stat.czxid)),
+            Ok(Err(zookeeper_client::Error::NoNode)) => {
+                let parents = CreateMode::Container.with_acls(Acls::anyone_all());
+                bounded(timeout, client.mkdir(dir, &parents)).await?;
+            }
+            // The create may have happened: look for our node by its uuid.
+            Ok(Err(zookeeper_client::Error::ConnectionLoss)) | Err(_) => {
+                if let Some(found) = find_own(client, dir, uuid, timeout).await? {
+                    return Ok(found);
+                }
+            }
+            Ok(Err(e)) => return Err(map_err(e)),
+        }
+    }
+    Err(Error::unavailable(
+        BACKEND,
+        format!("could not create a lock node under {dir}"),
+    ))
+}
+
+/// Our node under `dir`, found by uuid (after a lost create).
+pub(crate) async fn find_own(
+    client: &Client,
+    dir: &str,
+    uuid: &str,
+    timeout: Duration,
+) -> Result<Option<(String, i64)>> {
+    let children = match bounded(timeout, client.list_children(dir)).await {
+        Err(Error::Backend { .. }) => return Ok(None),
+        other => other?,
+    };
+    let marker = format!("_c_{uuid}{LOCK_NAME}");
+    for name in children.into_iter().filter(|c| c.starts_with(&marker)) {
+        if let Some(stat) = bounded(timeout, client.check_stat(&format!("{dir}/{name}"))).await? {
+            return Ok(Some((name, stat.czxid)));
+        }
+    }
+    Ok(None)
+}
+
+/// What looking at the queue found.
+pub(crate) enum Place {
+    /// Our node comes first: we hold the lock.
+    First,
+    /// Our node is not there any more (session expired, or deleted).
+    Gone,
+    /// This node is right before ours.
+    After(String),
+}
+
+/// Where our node `me` stands among the contenders of `dir`.
+pub(crate) async fn place(client: &Client, dir: &str, me: &str, timeout: Duration) -> Result<Place> {
+    let queue = contenders(bounded(timeout, client.list_children(dir)).await?);
+    Ok(match queue.iter().position(|c| c == me) {
+        None => Place::Gone,
+        Some(0) => Place::First,
+        Some(i) => Place::After(queue[i - 1].clone()),
+    })
+}
+
+/// Waits until our node `me` is first under `dir`: watches the immediate
+/// predecessor until it changes, then looks again.
+///
+/// # Errors
+///
+/// [`Error::Lost`] (with `key`) if our node disappears while we wait.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it drops the watch.
+pub(crate) async fn wait_first(
+    client: &Client,
+    dir: &str,
+    me: &str,
+    key: &str,
+    timeout: Duration,
+) -> Result<()> {
+    loop {
+        match place(client, dir, me, timeout).await? {
+            Place::First => return Ok(()),
+            Place::Gone => return Err(Error::Lost { key: key.to_owned() }),
+            Place::After(predecessor) => {
+                let path = format!("{dir}/{predecessor}");
+                match tokio::time::timeout(timeout, client.get_and_watch_data(&path)).await {
+                    Ok(Ok((_, _, watcher))) => {
+                        watcher.changed().await;
+                    }
+                    Ok(Err(zookeeper_client::Error::NoNode)) => {}
+                    Ok(Err(e)) => return Err(map_err(e)),
+                    Err(_) => return Err(Error::unavailable(BACKEND, "no answer while setting a watch")),
+                }
+            }
+        }
+    }
+}
+
+/// The holder of `dir`: the first contender, its data and stat.
+pub(crate) async fn holder(
+    client: &Client,
+    dir: &str,
+    timeout: Duration,
+) -> Result<Option<(String, Vec<u8>, Stat)>> {
+    let children = match tokio::time::timeout(timeout, client.list_children(dir)).await {
+        Ok(Err(zookeeper_client::Error::NoNode)) => return Ok(None),
+        Ok(r) => r.map_err(map_err)?,
+        Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
+    };
+    for name in contenders(children) {
+        match tokio::time::timeout(timeout, client.get_data(&format!("{dir}/{name}"))).await {
+            Ok(Ok((data, stat))) => return Ok(Some((name, data, stat))),
+            Ok(Err(zookeeper_client::Error::NoNode)) => continue,
+            Ok(Err(e)) => return Err(map_err(e)),
+            Err(_) => return Err(Error::unavailable(BACKEND, "no answer while reading")),
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes our node. `Ok(false)` if it was already gone.
+pub(crate) async fn delete(client: &Client, path: &str, timeout: Duration) -> Result<bool> {
+    match tokio::time::timeout(timeout, client.delete(path, None)).await {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(zookeeper_client::Error::NoNode)) => Ok(false),
+        Ok(Err(e)) => Err(map_err(e)),
+        Err(_) => Err(Error::unavailable(BACKEND, "no answer while deleting")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorts_curator_names_by_sequence() {
+        let names = vec![
+            "_c_b-lock-0000000003".to_owned(),
+            "unrelated".to_owned(),
+            "_c_a-lock-0000000001".to_owned(),
+            "_c_c-lock-0000000002".to_owned(),
+        ];
+        assert_eq!(
+            contenders(names),
+            [
+                "_c_a-lock-0000000001",
+                "_c_c-lock-0000000002",
+                "_c_b-lock-0000000003"
+            ]
+        );
+        assert_eq!(sequence("_c_x-lock-0000000042"), Some(42));
+        assert_eq!(sequence("lock-x"), None);
+    }
+}

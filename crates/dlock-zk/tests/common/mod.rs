@@ -1,0 +1,74 @@
+//! The conformance kit's factory for `ZkLock`, over the shared test
+//! ZooKeeper of `cargo xtask test` (or a private one under plain `cargo
+//! test`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{LockKey, Result};
+use dlock_testkit::LockFactory;
+use dlock_testkit::launcher::{ZooKeeper, shared};
+use dlock_zk::{ZkConfig, ZkLock};
+
+/// Short sessions: a crashed holder is freed within this.
+pub const SESSION: Duration = Duration::from_secs(2);
+
+pub struct ZkFactory {
+    pub config: ZkConfig,
+    pub admin: ZkLock,
+    _server: Option<Arc<ZooKeeper>>,
+}
+
+impl ZkFactory {
+    pub async fn new(config: ZkConfig, server: Option<ZooKeeper>) -> Self {
+        let admin = ZkLock::connect(config.clone())
+            .await
+            .expect("connect to the test zookeeper");
+        ZkFactory {
+            config,
+            admin,
+            _server: server.map(Arc::new),
+        }
+    }
+
+    pub async fn shared() -> Self {
+        let endpoint = shared::zk().await.expect("a zookeeper for the tests");
+        Self::new(
+            ZkConfig::new(endpoint.addresses[0].clone()).session_timeout(SESSION),
+            endpoint.server,
+        )
+        .await
+    }
+}
+
+impl LockFactory for ZkFactory {
+    type Lock = ZkLock;
+
+    fn name(&self) -> String {
+        format!("zk {}", self.config.connect)
+    }
+
+    async fn client(&self) -> Result<ZkLock> {
+        ZkLock::connect(self.config.clone()).await
+    }
+
+    async fn crash(&self, client: &ZkLock) {
+        client.abandon();
+    }
+
+    async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
+        self.admin.lock_nodes(namespace).await
+    }
+
+    async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
+        let dir = self.admin.lock_path(key)?;
+        let nodes = self.admin.lock_nodes(key.as_str()).await?;
+        Ok(Some(
+            nodes
+                .iter()
+                .filter(|n| n.rsplit_once('/').is_some_and(|(d, _)| d == dir))
+                .count(),
+        ))
+    }
+}

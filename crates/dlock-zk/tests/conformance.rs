@@ -1,0 +1,9 @@
+//! The full conformance kit against a real ZooKeeper, FIFO scenario included.
+
+mod common;
+
+async fn factory() -> common::ZkFactory {
+    common::ZkFactory::shared().await
+}
+
+dlock_testkit::conformance_tests!(factory);
