@@ -156,7 +156,7 @@ impl Guard for ZkGuard {
         let client = self.session.client()?;
         let timeout = self.lock.inner.config.request_timeout;
         let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
-        if !exists.is_some_and(|s| s.czxid == self.czxid) {
+        if exists.is_none_or(|s| s.czxid != self.czxid) {
             self.trigger.fire();
             return Err(lost());
         }
