@@ -1,0 +1,314 @@
+//! ZooKeeper-specific behaviour against real servers: Curator's layout,
+//! session expiry of a holder, and a 3-member ensemble losing its leader and
+//! then its quorum.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
+use dlock_testkit::history::{History, Op};
+use dlock_testkit::launcher::{Fault, FaultProxy, ZooKeeper, shared, zk};
+use dlock_zk::{ZkConfig, ZkLock};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn key(name: &str) -> LockKey {
+    LockKey::new(name).unwrap()
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{:x}", rand::random::<u64>())
+}
+
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates a lock node exactly as Curator's `InterProcessMutex` names it,
+/// through a plain ZooKeeper client.
+async fn curator_node(client: &Client, dir: &str) -> String {
+    client
+        .mkdir(dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .await
+        .unwrap();
+    let uuid = uuid_like();
+    let (_, seq) = client
+        .create(
+            &format!("{dir}/_c_{uuid}-lock-"),
+            b"curator",
+            &CreateMode::EphemeralSequential.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    format!("{dir}/_c_{uuid}-lock-{seq}")
+}
+
+fn uuid_like() -> String {
+    let n: u128 = rand::random();
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+fn is_curator_name(node: &str) -> bool {
+    let name = node.rsplit('/').next().unwrap_or_default();
+    let Some(rest) = name.strip_prefix("_c_") else {
+        return false;
+    };
+    let Some((uuid, seq)) = rest.split_once("-lock-") else {
+        return false;
+    };
+    uuid.len() == 36
+        && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        && seq.len() == 10
+        && seq.chars().all(|c| c.is_ascii_digit())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_nodes_are_honoured_in_order_and_ours_look_like_curators() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let name = unique("curator");
+    let k = key(&name);
+    let dir = f.admin.lock_path(&k).unwrap();
+
+    let first = curator_node(&raw, &dir).await;
+    assert!(
+        f.admin
+            .try_acquire(&k, AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let waiter = {
+        let (lock, k) = (f.admin.clone(), k.clone());
+        tokio::spawn(async move {
+            lock.acquire(&k, AcquireOptions::default().wait(Wait::For(LIMIT)))
+                .await
+        })
+    };
+    until("dlock's node to queue", async || {
+        f.admin.lock_nodes(&name).await.unwrap().len() == 2
+    })
+    .await;
+    let third = curator_node(&raw, &dir).await;
+    let ours: Vec<String> = f
+        .admin
+        .lock_nodes(&name)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| *n != first && *n != third)
+        .collect();
+    assert_eq!(ours.len(), 1);
+    assert!(is_curator_name(&ours[0]), "{}", ours[0]);
+
+    // The first Curator node goes: dlock (second in line) gets the lock, not the third.
+    raw.delete(&first, None).await.unwrap();
+    let g = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.node(), ours[0]);
+    let holder = f.admin.holder(&k).await.unwrap().unwrap();
+    assert_eq!(holder.node, ours[0]);
+    assert_eq!(
+        Some(holder.czxid),
+        g.token().map(|t| i64::try_from(t.get()).unwrap())
+    );
+    g.release().await.unwrap();
+    assert_eq!(
+        f.admin.holder(&k).await.unwrap().unwrap().node,
+        third,
+        "the third contender is next"
+    );
+    raw.delete(&third, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_session_expires_loses_the_lock() {
+    let server = shared::zk().await.unwrap();
+    let connect = server.addresses[0].clone();
+    let first: SocketAddr = connect.split(',').next().unwrap().parse().unwrap();
+    let proxy = FaultProxy::start(first).await.unwrap();
+    let config = ZkConfig::new(proxy.addr().to_string()).session_timeout(common::SESSION);
+    let holder = ZkLock::connect(config).await.unwrap();
+    let other = ZkLock::connect(ZkConfig::new(connect).session_timeout(common::SESSION))
+        .await
+        .unwrap();
+    let k = key(&unique("expiry"));
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    assert!(g.is_held());
+
+    // The holder's network goes silent: it cannot be sure any more, and the
+    // server expires its session and hands the lock on.
+    proxy.set(Fault::Blackhole);
+    until("the holder to notice it is disconnected", async || !g.is_held()).await;
+    let g2 = tokio::time::timeout(LIMIT, other.acquire(&k, AcquireOptions::default()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(g2.token() > g.token());
+
+    // When the network heals, the holder learns its session expired: LOST.
+    proxy.set(Fault::None);
+    tokio::time::timeout(LIMIT, g.lost().wait())
+        .await
+        .expect("lost() after the session expired");
+    assert!(!g.is_held());
+    assert!(matches!(
+        g.release().await,
+        Err(Error::Lost { .. } | Error::Unavailable { .. })
+    ));
+    // The holder's handle opens a new session for later acquires.
+    assert!(
+        holder
+            .try_acquire(&k, AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    g2.release().await.unwrap();
+    holder
+        .acquire(&k, AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ensemble_keeps_exclusion_through_a_leader_kill_and_fails_cleanly_without_quorum() {
+    let mut ensemble = ZooKeeper::start_ensemble(3).await.unwrap();
+    let config = ZkConfig {
+        request_timeout: Duration::from_secs(3),
+        ..ZkConfig::new(ensemble.connect_string()).session_timeout(Duration::from_secs(6))
+    };
+    let k = key("contended");
+    let history = History::new();
+    let grants = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for id in 0..3 {
+        let lock = ZkLock::connect(config.clone()).await.unwrap();
+        let (k, history, grants) = (k.clone(), history.clone(), grants.clone());
+        clients.push(tokio::spawn(async move {
+            let mut done = 0;
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while done < 8 {
+                assert!(Instant::now() < deadline, "client {id} made no progress");
+                history.record(id, "contended", Op::AcquireInvoke);
+                match lock
+                    .acquire(
+                        &k,
+                        AcquireOptions::default().wait(Wait::For(Duration::from_secs(10))),
+                    )
+                    .await
+                {
+                    Ok(g) => {
+                        history.record(id, "contended", Op::AcquireOk(g.token()));
+                        grants.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        if !g.is_held() {
+                            history.record(id, "contended", Op::Lost);
+                        }
+                        history.record(id, "contended", Op::Release);
+                        let _ = g.release().await;
+                        done += 1;
+                    }
+                    Err(Error::Timeout { .. }) => history.record(id, "contended", Op::AcquireFail),
+                    Err(_) => {
+                        history.record(id, "contended", Op::AcquireUnknown);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }));
+    }
+    until("a few grants", async || {
+        grants.load(std::sync::atomic::Ordering::SeqCst) >= 4
+    })
+    .await;
+    let leader = ensemble.leader().await.expect("a leader");
+    ensemble.members()[leader].kill().unwrap();
+    for c in clients {
+        c.await.unwrap();
+    }
+    let report = history.check(true, true);
+    assert!(report.is_ok(), "{report}");
+    assert!(report.grants >= 24, "{report}");
+
+    // The member comes back as a follower.
+    ensemble.members()[leader].restart().await.unwrap();
+    let addr = ensemble.members()[leader].addr();
+    assert!(zk::mode(addr).await.is_some());
+
+    // Two of three down: no quorum. Acquire fails within its wait, cleanly.
+    let lock = ZkLock::connect(config.clone()).await.unwrap();
+    let survivor = (leader + 1) % 3;
+    for (i, m) in ensemble.members().iter_mut().enumerate() {
+        if i != survivor {
+            m.kill().unwrap();
+        }
+    }
+    let wait = Duration::from_secs(3);
+    let started = Instant::now();
+    let r = lock
+        .acquire(&key("no-quorum"), AcquireOptions::default().wait(Wait::For(wait)))
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(r, Err(Error::Unavailable { .. } | Error::Timeout { .. })),
+        "{:?}",
+        r.map(|g| g.token())
+    );
+    assert!(
+        took < wait + config.request_timeout * 2 + Duration::from_secs(2),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_cleanly() {
+    let port = dlock_testkit::launcher::free_ports(1).unwrap()[0];
+    let config = ZkConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..ZkConfig::new(format!("127.0.0.1:{port}"))
+    };
+    let started = Instant::now();
+    assert!(matches!(
+        ZkLock::connect(config).await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(
+        ZkLock::connect(ZkConfig::new("nohost")).await,
+        Err(Error::InvalidConfig(_))
+    ));
+    let f = common::ZkFactory::shared().await;
+    for bad in ["a//b", "/lead", "trail/", "x/../y", "."] {
+        let r = f.admin.acquire(&key(bad), AcquireOptions::default()).await;
+        assert!(
+            matches!(r, Err(Error::InvalidKey { .. })),
+            "{bad}: {:?}",
+            r.map(|g| g.token())
+        );
+    }
+}
