@@ -312,3 +312,25 @@ async fn bad_input_fails_cleanly() {
         );
     }
 }
+
+/// A disconnect shorter than the session: SUSPENDED (`is_held()` false),
+/// then connected again within the session (`is_held()` true, nothing lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_disconnect_suspends_and_then_resumes() {
+    let server = shared::zk().await.unwrap();
+    let first: SocketAddr = server.addresses[0].split(',').next().unwrap().parse().unwrap();
+    let proxy = FaultProxy::start(first).await.unwrap();
+    let lock =
+        ZkLock::connect(ZkConfig::new(proxy.addr().to_string()).session_timeout(Duration::from_secs(8)))
+            .await
+            .unwrap();
+    let k = key(&unique("suspend"));
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    proxy.set(Fault::Blackhole);
+    until("SUSPENDED", async || !g.is_held()).await;
+    proxy.set(Fault::None);
+    until("connected again", async || g.is_held()).await;
+    assert!(!g.lost().is_lost());
+    assert_eq!(lock.holder(&k).await.unwrap().unwrap().node, g.node());
+    g.release().await.unwrap();
+}
