@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
 use dlock_etcd::{EtcdConfig, EtcdLock};
-use dlock_testkit::history::{History, Op};
+use dlock_testkit::history::History;
 use dlock_testkit::launcher::{Etcd, etcd::etcdctl, shared};
+use dlock_testkit::workload::Contention;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -186,50 +187,26 @@ async fn a_cluster_keeps_exclusion_through_a_leader_kill_and_fails_cleanly_witho
     let config = EtcdConfig::new(endpoints.clone()).timeouts(Duration::from_secs(2), Duration::from_secs(2));
     let k = key("contended");
     let history = History::new();
-    let grants = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut clients = Vec::new();
-    for id in 0..3 {
-        let lock = EtcdLock::connect(config.clone()).await.unwrap();
-        let (k, history, grants) = (k.clone(), history.clone(), grants.clone());
-        clients.push(tokio::spawn(async move {
-            let mut done = 0;
-            let deadline = Instant::now() + Duration::from_secs(90);
-            while done < 8 {
-                assert!(Instant::now() < deadline, "client {id} made no progress");
-                history.record(id, "contended", Op::AcquireInvoke);
-                let opts = AcquireOptions::default()
-                    .ttl(Duration::from_secs(10))
-                    .wait(Wait::For(Duration::from_secs(10)));
-                match lock.acquire(&k, opts).await {
-                    Ok(g) => {
-                        history.record(id, "contended", Op::AcquireOk(g.token()));
-                        grants.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        if !g.is_held() {
-                            history.record(id, "contended", Op::Lost);
-                        }
-                        history.record(id, "contended", Op::Release);
-                        let _ = g.release().await;
-                        done += 1;
-                    }
-                    Err(Error::Timeout { .. }) => history.record(id, "contended", Op::AcquireFail),
-                    Err(_) => {
-                        history.record(id, "contended", Op::AcquireUnknown);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        }));
+    for _ in 0..3 {
+        clients.push(EtcdLock::connect(config.clone()).await.unwrap());
     }
-    until("a few grants", async || {
-        grants.load(std::sync::atomic::Ordering::SeqCst) >= 4
-    })
-    .await;
+    let opts = AcquireOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::For(Duration::from_secs(10)));
+    let work = Contention::start(
+        clients,
+        &k,
+        8,
+        Duration::from_millis(20),
+        opts,
+        &history,
+        Duration::from_secs(90),
+    );
+    until("a few grants", async || work.grants() >= 4).await;
     let dead = leader(&endpoints);
     cluster.members()[dead].kill().unwrap();
-    for c in clients {
-        c.await.unwrap();
-    }
+    work.finish().await.unwrap();
     let report = history.check(true, true);
     assert!(report.is_ok(), "{report}");
     assert!(report.grants >= 24, "{report}");

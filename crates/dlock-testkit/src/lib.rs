@@ -9,6 +9,7 @@
 //! - [`history`]: a recorder and checker of concurrent histories (overlapping
 //!   holds, token order, stale fenced writes).
 //! - [`broken`]: deliberately broken drivers the kit must catch.
+//! - [`workload`]: clients contending under faults, recorded for the checker.
 //! - [`launcher`]: real `redis-server`, etcd and ZooKeeper processes on free
 //!   loopback ports, plus a TCP fault proxy.
 //!
@@ -24,6 +25,7 @@ pub mod launcher;
 mod outcome;
 mod runner;
 pub mod scenarios;
+pub mod workload;
 
 pub use factory::{LockFactory, MemFactory};
 pub use outcome::{Failure, Outcome, Verdict, wait_until, within};

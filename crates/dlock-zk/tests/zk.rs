@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
-use dlock_testkit::history::{History, Op};
+use dlock_testkit::history::History;
 use dlock_testkit::launcher::{Fault, FaultProxy, ZooKeeper, shared, zk};
+use dlock_testkit::workload::Contention;
 use dlock_zk::{ZkConfig, ZkLock};
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -204,53 +205,24 @@ async fn an_ensemble_keeps_exclusion_through_a_leader_kill_and_fails_cleanly_wit
     };
     let k = key("contended");
     let history = History::new();
-    let grants = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut clients = Vec::new();
-    for id in 0..3 {
-        let lock = ZkLock::connect(config.clone()).await.unwrap();
-        let (k, history, grants) = (k.clone(), history.clone(), grants.clone());
-        clients.push(tokio::spawn(async move {
-            let mut done = 0;
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while done < 8 {
-                assert!(Instant::now() < deadline, "client {id} made no progress");
-                history.record(id, "contended", Op::AcquireInvoke);
-                match lock
-                    .acquire(
-                        &k,
-                        AcquireOptions::default().wait(Wait::For(Duration::from_secs(10))),
-                    )
-                    .await
-                {
-                    Ok(g) => {
-                        history.record(id, "contended", Op::AcquireOk(g.token()));
-                        grants.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        if !g.is_held() {
-                            history.record(id, "contended", Op::Lost);
-                        }
-                        history.record(id, "contended", Op::Release);
-                        let _ = g.release().await;
-                        done += 1;
-                    }
-                    Err(Error::Timeout { .. }) => history.record(id, "contended", Op::AcquireFail),
-                    Err(_) => {
-                        history.record(id, "contended", Op::AcquireUnknown);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        }));
+    for _ in 0..3 {
+        clients.push(ZkLock::connect(config.clone()).await.unwrap());
     }
-    until("a few grants", async || {
-        grants.load(std::sync::atomic::Ordering::SeqCst) >= 4
-    })
-    .await;
+    let opts = AcquireOptions::default().wait(Wait::For(Duration::from_secs(10)));
+    let work = Contention::start(
+        clients,
+        &k,
+        8,
+        Duration::from_millis(20),
+        opts,
+        &history,
+        Duration::from_secs(120),
+    );
+    until("a few grants", async || work.grants() >= 4).await;
     let leader = ensemble.leader().await.expect("a leader");
     ensemble.members()[leader].kill().unwrap();
-    for c in clients {
-        c.await.unwrap();
-    }
+    work.finish().await.unwrap();
     let report = history.check(true, true);
     assert!(report.is_ok(), "{report}");
     assert!(report.grants >= 24, "{report}");
