@@ -1,0 +1,281 @@
+//! `dlock`: run a command under a distributed lock.
+//!
+//! ```text
+//! dlock run job:4471 --url etcd://10.0.0.1:2379 --ttl 30s --wait 10s -- ./nightly-cleanup.sh
+//! dlock holder job:4471 --url etcd://10.0.0.1:2379
+//! ```
+//!
+//! See `dlock --help` for the exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use dlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Wait};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Command as Child;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Exit codes, in the spirit of flock(1) and `consul lock`.
+mod exit {
+    /// Bad arguments or configuration (clap's own usage errors also use 2).
+    pub const USAGE: u8 = 2;
+    /// The backend could not be reached (sysexits EX_UNAVAILABLE).
+    pub const UNAVAILABLE: u8 = 69;
+    /// The lock was not acquired within the wait, or held with --no-wait
+    /// (sysexits EX_TEMPFAIL: try again later).
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// The lock was lost while the command ran; the command was terminated.
+    pub const LOST: u8 = 76;
+    /// The command could not be started.
+    pub const CANNOT_RUN: u8 = 127;
+}
+
+const EXIT_CODES: &str = "\
+Exit codes of `dlock run`:
+  the command's own code   the command ran under the lock and exited (128+N if killed by signal N)
+  2                        bad arguments or configuration
+  69                       the lock backend could not be reached
+  75                       not acquired: held by someone else past --wait (or at once with --no-wait)
+  76                       the lock was lost while the command ran; it got SIGTERM (SIGKILL after --grace)
+  127                      the command could not be started
+
+The backend comes from --url, --config FILE, or DLOCK_URL / DLOCK_CONFIG in the
+environment. URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3,
+etcd://, etcds://, zk://.
+The command sees DLOCK_KEY, DLOCK_BACKEND and, where the backend fences,
+DLOCK_FENCING_TOKEN in its environment.";
+
+#[derive(Parser, Debug)]
+#[command(name = "dlock", version, about = "Run a command under a distributed lock", after_help = EXIT_CODES)]
+struct Cli {
+    /// The lock backend as a URL, e.g. etcd://127.0.0.1:2379
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// A TOML or JSON file naming the backend (`backend = "etcd"` ...)
+    #[arg(long, global = true, conflicts_with = "url")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Acquire KEY, run the command while holding it, release when it exits.
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// The lock's name.
+        key: String,
+        /// The lock's TTL (renewed while the command runs).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// How long to wait for the lock (default: forever).
+        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+        wait: Option<Duration>,
+        /// Do not wait: fail at once if the lock is held.
+        #[arg(long)]
+        no_wait: bool,
+        /// After SIGTERM on a lost lock, how long before SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+    /// Show who holds KEY, since when, its token and time left.
+    Holder {
+        /// The lock's name.
+        key: String,
+    },
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("dlock: {msg}");
+    ExitCode::from(code)
+}
+
+fn code_for(e: &Error) -> u8 {
+    match e {
+        Error::Unavailable { .. } => exit::UNAVAILABLE,
+        Error::Timeout { .. } => exit::NOT_ACQUIRED,
+        Error::Lost { .. } => exit::LOST,
+        _ => exit::USAGE,
+    }
+}
+
+fn resolve(cli: &Cli) -> Result<Config, Error> {
+    if let Some(url) = &cli.url {
+        return Config::from_url(url).map_err(|e| Error::InvalidConfig(format!("--url: {e}")));
+    }
+    if let Some(file) = &cli.config {
+        return Config::from_file(file);
+    }
+    dlock::Settings::from_env().map(|s| s.config)
+}
+
+fn describe(h: &dlock::HolderInfo) -> String {
+    let mut s = format!("{} ({})", h.id, h.detail);
+    if let Some(t) = h.token {
+        s.push_str(&format!(", token {t}"));
+    }
+    if let Some(since) = h.since {
+        s.push_str(&format!(", since {}", humantime::format_rfc3339_seconds(since)));
+    }
+    if let Some(left) = h.remaining {
+        s.push_str(&format!(
+            ", {} left",
+            humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+        ));
+    }
+    s
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(exit::USAGE, format!("cannot start: {e}")),
+    };
+    runtime.block_on(async {
+        let config = match resolve(&cli) {
+            Ok(c) => c,
+            Err(e) => return fail(code_for(&e), e),
+        };
+        match &cli.command {
+            Command::Holder { key } => holder(&config, key).await,
+            Command::Run {
+                key,
+                ttl,
+                wait,
+                no_wait,
+                grace,
+                command,
+            } => {
+                let wait = match (wait, no_wait) {
+                    (_, true) => Wait::No,
+                    (Some(d), false) => Wait::For(*d),
+                    (None, false) => Wait::Forever,
+                };
+                run(&config, key, *ttl, wait, *grace, command).await
+            }
+        }
+    })
+}
+
+async fn holder(config: &Config, key: &str) -> ExitCode {
+    let key = match LockKey::new(key) {
+        Ok(k) => k,
+        Err(e) => return fail(exit::USAGE, e),
+    };
+    match dlock::holder(config, &key).await {
+        Ok(Some(h)) => {
+            println!("{key} is held by {}", describe(&h));
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!(
+                "{key} is not held (or the {} backend cannot tell)",
+                config.backend()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(code_for(&e), e),
+    }
+}
+
+async fn run(
+    config: &Config,
+    key: &str,
+    ttl: Duration,
+    wait: Wait,
+    grace: Duration,
+    command: &[String],
+) -> ExitCode {
+    let key = match LockKey::new(key) {
+        Ok(k) => k,
+        Err(e) => return fail(exit::USAGE, e),
+    };
+    let ttl = match dlock::check_ttl("--ttl", ttl) {
+        Ok(t) => t,
+        Err(e) => return fail(exit::USAGE, e),
+    };
+    let lock = match dlock::connect(config).await {
+        Ok(l) => l,
+        Err(e) => return fail(code_for(&e), e),
+    };
+    let guard = match lock
+        .acquire(&key, AcquireOptions::default().ttl(ttl).wait(wait))
+        .await
+    {
+        Ok(g) => g,
+        Err(Error::Timeout { .. }) => {
+            let who = match dlock::holder(config, &key).await {
+                Ok(Some(h)) => format!(": held by {}", describe(&h)),
+                _ => String::new(),
+            };
+            return fail(exit::NOT_ACQUIRED, format!("{key} not acquired{who}"));
+        }
+        Err(e) => return fail(code_for(&e), e),
+    };
+    let (Some(program), args) = (command.first(), command.get(1..).unwrap_or_default()) else {
+        return fail(exit::USAGE, "no command given");
+    };
+    let mut child = Child::new(program);
+    child
+        .args(args)
+        .env("DLOCK_KEY", key.as_str())
+        .env("DLOCK_BACKEND", config.backend());
+    if let Some(token) = guard.token() {
+        child.env("DLOCK_FENCING_TOKEN", token.to_string());
+    }
+    let mut child = match child.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = guard.release().await;
+            return fail(exit::CANNOT_RUN, format!("cannot run {program:?}: {e}"));
+        }
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+    let send = |sig: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, sig);
+        }
+    };
+    let (Ok(mut sigint), Ok(mut sigterm)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        send(Signal::SIGKILL);
+        return fail(exit::USAGE, "cannot listen for signals");
+    };
+    let lost = guard.lost();
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = sigint.recv() => send(Signal::SIGINT),
+            _ = sigterm.recv() => send(Signal::SIGTERM),
+            () = lost.wait() => {
+                eprintln!("dlock: lost the lock on {key}; stopping the command");
+                send(Signal::SIGTERM);
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    send(Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                drop(guard);
+                return ExitCode::from(exit::LOST);
+            }
+        }
+    };
+    if let Err(e) = guard.release().await {
+        eprintln!("dlock: releasing {key}: {e}");
+    }
+    match status {
+        Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
+            (Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)),
+            (None, None) => ExitCode::FAILURE,
+        },
+        Err(e) => fail(exit::CANNOT_RUN, format!("waiting for the command: {e}")),
+    }
+}

@@ -1,0 +1,453 @@
+//! [`Config`]: the backend chosen at run time, from a URL, a TOML or JSON
+//! file, or the environment.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, Error, Result, Wait};
+use serde::{Deserialize, Serialize};
+
+/// A backend section whose cargo feature is off: accepted when read (so a
+/// shared config file still loads), refused when connecting with a message
+/// naming the feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Disabled;
+
+impl Serialize for Disabled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        s.serialize_map(Some(0))?.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Disabled {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| Disabled)
+    }
+}
+
+#[cfg(feature = "redis")]
+type RedisSection = dlock_redis::RedisConfig;
+#[cfg(not(feature = "redis"))]
+type RedisSection = Disabled;
+#[cfg(feature = "redlock")]
+type RedlockSection = dlock_redlock::RedlockConfig;
+#[cfg(not(feature = "redlock"))]
+type RedlockSection = Disabled;
+#[cfg(feature = "etcd")]
+type EtcdSection = dlock_etcd::EtcdConfig;
+#[cfg(not(feature = "etcd"))]
+type EtcdSection = Disabled;
+#[cfg(feature = "zk")]
+type ZkSection = dlock_zk::ZkConfig;
+#[cfg(not(feature = "zk"))]
+type ZkSection = Disabled;
+
+/// Which backend, with its settings: a serde enum tagged by `backend`.
+///
+/// ```toml
+/// backend = "etcd"
+/// endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+/// key_prefix = "locks/"
+/// ```
+///
+/// Each section is the driver's own config type (`RedisConfig`,
+/// `RedlockConfig`, `EtcdConfig`, `ZkConfig`); `Debug` never shows a
+/// password.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "backend", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Config {
+    /// The in-process `MemLock` (always available; a new backend per connect).
+    Mem,
+    /// One Redis server or a Redis Cluster (feature `redis`).
+    Redis(RedisSection),
+    /// Redlock over independent Redis nodes (feature `redlock`).
+    Redlock(RedlockSection),
+    /// etcd (feature `etcd`).
+    Etcd(EtcdSection),
+    /// ZooKeeper (feature `zk`).
+    Zk(ZkSection),
+}
+
+/// The three ways to say which backend to use, for error messages.
+pub const HOW_TO_CONFIGURE: &str = "no lock backend configured; give one of:\n  \
+     --url URL              e.g. --url etcd://127.0.0.1:2379\n  \
+     --config FILE          a TOML or JSON file with `backend = \"...\"`\n  \
+     DLOCK_URL=URL          in the environment\n\
+     URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3, etcd://, etcds://, zk://";
+
+fn invalid(msg: String) -> Error {
+    Error::InvalidConfig(msg)
+}
+
+#[allow(dead_code)]
+fn feature_off(feature: &str) -> Error {
+    invalid(format!(
+        "the {feature} backend is not built in: enable the cargo feature `{feature}` of dlock \
+         (dlock = {{ features = [\"{feature}\"] }})"
+    ))
+}
+
+/// Splits `[user[:password]@]hosts[/path][?query]` (what follows `scheme://`).
+struct Authority<'a> {
+    user: Option<&'a str>,
+    password: Option<&'a str>,
+    hosts: Vec<&'a str>,
+    path: &'a str,
+}
+
+fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(end);
+    let (userinfo, hosts) = match auth.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, auth),
+    };
+    let (user, password) = match userinfo {
+        Some(u) => match u.split_once(':') {
+            Some((user, pw)) => ((!user.is_empty()).then_some(user), Some(pw)),
+            None => (Some(u), None),
+        },
+        None => (None, None),
+    };
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(invalid(format!("URL {}: missing host", redact(url))));
+    }
+    for h in &hosts {
+        if let Some((_, port)) = h.rsplit_once(':') {
+            if !port.contains(']') && port.parse::<u16>().is_err() {
+                return Err(invalid(format!(
+                    "URL {}: port {port:?} of host {h:?} is not a number",
+                    redact(url)
+                )));
+            }
+        }
+    }
+    Ok(Authority {
+        user,
+        password,
+        hosts,
+        path,
+    })
+}
+
+/// The URL with any password replaced by `***` (for messages and logs).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (auth, tail) = rest.split_at(end);
+    match auth.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{hidden}@{hosts}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+fn with_port(host: &str, port: u16) -> String {
+    if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host.to_owned()
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl Config {
+    /// Reads a backend URL:
+    ///
+    /// | URL | backend |
+    /// |---|---|
+    /// | `mem://` | in-process |
+    /// | `redis://[user:pass@]host:port[/db]`, `rediss://...` | one Redis (TLS) |
+    /// | `redlock://[:pass@]h1:6379,h2:6379,h3:6379` | Redlock |
+    /// | `etcd://[user:pass@]h1:2379,h2:2379`, `etcds://...` | etcd (TLS) |
+    /// | `zk://[user:pass@]h1:2181,h2:2181[/chroot]` | ZooKeeper (digest auth) |
+    ///
+    /// ```
+    /// let config = dlock::Config::from_url("mem://").unwrap();
+    /// assert_eq!(config.backend(), "mem");
+    /// assert!(dlock::Config::from_url("ftp://h").is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the problem: no or unknown scheme, a
+    /// missing host, a bad port, a backend whose cargo feature is off.
+    pub fn from_url(url: &str) -> Result<Config> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| invalid(format!("{:?} is not a URL (scheme://...)", redact(url))))?;
+        match scheme {
+            "mem" => {
+                if !rest.is_empty() {
+                    return Err(invalid(format!(
+                        "mem:// takes nothing after the scheme, got {rest:?}"
+                    )));
+                }
+                Ok(Config::Mem)
+            }
+            "redis" | "rediss" | "redis-cluster" | "rediss-cluster" => {
+                let a = authority(url, rest)?;
+                if a.hosts.len() > 1 && !scheme.ends_with("cluster") {
+                    return Err(invalid(format!(
+                        "URL {}: one Redis server per redis:// URL (use redlock:// for several independent nodes)",
+                        redact(url)
+                    )));
+                }
+                Self::redis(url)
+            }
+            "redlock" => {
+                let a = authority(url, rest)?;
+                let userinfo = match (a.user, a.password) {
+                    (user, Some(pw)) => format!("{}:{pw}@", user.unwrap_or("")),
+                    (Some(user), None) => format!("{user}@"),
+                    (None, None) => String::new(),
+                };
+                let nodes = a
+                    .hosts
+                    .iter()
+                    .map(|h| format!("redis://{userinfo}{}{}", with_port(h, 6379), a.path));
+                Self::redlock(nodes.collect())
+            }
+            "etcd" | "etcds" => {
+                let a = authority(url, rest)?;
+                if !a.path.is_empty() && a.path != "/" {
+                    return Err(invalid(format!("URL {}: etcd URLs take no path", redact(url))));
+                }
+                let http = if scheme == "etcds" { "https" } else { "http" };
+                let endpoints = a
+                    .hosts
+                    .iter()
+                    .map(|h| format!("{http}://{}", with_port(h, 2379)))
+                    .collect();
+                Self::etcd(endpoints, a.user, a.password, scheme == "etcds")
+            }
+            "zk" => {
+                let a = authority(url, rest)?;
+                let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, 2181)).collect();
+                let chroot = a.path.split('?').next().unwrap_or_default();
+                Self::zk(format!("{}{chroot}", hosts.join(",")), a.user, a.password)
+            }
+            other => Err(invalid(format!(
+                "unknown URL scheme {other:?}; known: mem, redis, rediss, redlock, etcd, etcds, zk"
+            ))),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    fn redis(url: &str) -> Result<Config> {
+        Ok(Config::Redis(dlock_redis::RedisConfig::from_url(url)))
+    }
+    #[cfg(not(feature = "redis"))]
+    fn redis(_: &str) -> Result<Config> {
+        Err(feature_off("redis"))
+    }
+
+    #[cfg(feature = "redlock")]
+    fn redlock(nodes: Vec<String>) -> Result<Config> {
+        let config = dlock_redlock::RedlockConfig::new(nodes);
+        config.validate()?;
+        Ok(Config::Redlock(config))
+    }
+    #[cfg(not(feature = "redlock"))]
+    fn redlock(_: Vec<String>) -> Result<Config> {
+        Err(feature_off("redlock"))
+    }
+
+    #[cfg(feature = "etcd")]
+    fn etcd(endpoints: Vec<String>, user: Option<&str>, password: Option<&str>, tls: bool) -> Result<Config> {
+        let config = dlock_etcd::EtcdConfig {
+            user: user.map(str::to_owned),
+            password: password.map(str::to_owned),
+            tls,
+            ..dlock_etcd::EtcdConfig::new(endpoints)
+        };
+        config.validate()?;
+        Ok(Config::Etcd(config))
+    }
+    #[cfg(not(feature = "etcd"))]
+    fn etcd(_: Vec<String>, _: Option<&str>, _: Option<&str>, _: bool) -> Result<Config> {
+        Err(feature_off("etcd"))
+    }
+
+    #[cfg(feature = "zk")]
+    fn zk(connect: String, user: Option<&str>, password: Option<&str>) -> Result<Config> {
+        let config = dlock_zk::ZkConfig {
+            user: user.map(str::to_owned),
+            password: password.map(str::to_owned),
+            ..dlock_zk::ZkConfig::new(connect)
+        };
+        config.validate()?;
+        Ok(Config::Zk(config))
+    }
+    #[cfg(not(feature = "zk"))]
+    fn zk(_: String, _: Option<&str>, _: Option<&str>) -> Result<Config> {
+        Err(feature_off("zk"))
+    }
+
+    /// Reads a TOML document.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] with the parser's message (it names the field).
+    pub fn from_toml(text: &str) -> Result<Config> {
+        toml::from_str(text).map_err(|e| invalid(format!("config: {e}")))
+    }
+
+    /// Reads a JSON document.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] with the parser's message.
+    pub fn from_json(text: &str) -> Result<Config> {
+        serde_json::from_str(text).map_err(|e| invalid(format!("config: {e}")))
+    }
+
+    /// Reads a file: JSON if it ends in `.json`, TOML otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] if it cannot be read or parsed.
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("config file {}: {e}", path.display())))?;
+        if path.extension().is_some_and(|e| e == "json") {
+            Self::from_json(&text)
+        } else {
+            Self::from_toml(&text)
+        }
+    }
+
+    /// Writes the config as TOML (passwords included: it is a config file).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] if a value cannot be written as TOML.
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| invalid(format!("config: {e}")))
+    }
+
+    /// The backend's short name: `mem`, `redis`, `redlock`, `etcd`, `zk`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Config::Mem => "mem",
+            Config::Redis(_) => "redis",
+            Config::Redlock(_) => "redlock",
+            Config::Etcd(_) => "etcd",
+            Config::Zk(_) => "zk",
+        }
+    }
+}
+
+/// A backend plus the acquire defaults, as read from the environment:
+/// `DLOCK_URL` (or `DLOCK_CONFIG`, a file), `DLOCK_TTL` (`30s`),
+/// `DLOCK_WAIT` (`10s`, `forever`, `no`), `DLOCK_NO_AUTO_EXTEND`.
+#[derive(Clone, PartialEq)]
+pub struct Settings {
+    /// The backend.
+    pub config: Config,
+    /// The acquire options.
+    pub options: AcquireOptions,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("config", &self.config)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// The longest TTL accepted from configuration: a day. Longer ones are
+/// almost certainly a unit mistake, and would keep a crashed holder's lock
+/// that long.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Checks a TTL from configuration.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] naming `field` for zero or more than [`MAX_TTL`].
+pub fn check_ttl(field: &str, ttl: Duration) -> Result<Duration> {
+    if ttl.is_zero() {
+        return Err(invalid(format!("{field}: a TTL must be greater than zero")));
+    }
+    if ttl > MAX_TTL {
+        return Err(invalid(format!(
+            "{field}: a TTL of {} is more than the 24h allowed",
+            humantime::format_duration(ttl)
+        )));
+    }
+    Ok(ttl)
+}
+
+/// Reads a wait: `forever`, `no` (one try), or a duration.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] naming `field`.
+pub fn parse_wait(field: &str, text: &str) -> Result<Wait> {
+    match text.trim() {
+        "forever" => Ok(Wait::Forever),
+        "no" | "0" | "0s" => Ok(Wait::No),
+        t => humantime::parse_duration(t).map(Wait::For).map_err(|e| {
+            invalid(format!(
+                "{field}: {t:?} is not a duration ({e}), `forever` or `no`"
+            ))
+        }),
+    }
+}
+
+impl Settings {
+    /// Reads `DLOCK_URL` / `DLOCK_CONFIG`, `DLOCK_TTL`, `DLOCK_WAIT`,
+    /// `DLOCK_NO_AUTO_EXTEND` through `var` (e.g. `|k| std::env::var(k).ok()`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the variable; with neither
+    /// `DLOCK_URL` nor `DLOCK_CONFIG`, one showing how to configure a backend.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings> {
+        let config = match (var("DLOCK_URL"), var("DLOCK_CONFIG")) {
+            (Some(url), _) => Config::from_url(&url).map_err(|e| invalid(format!("DLOCK_URL: {e}")))?,
+            (None, Some(file)) => Config::from_file(Path::new(&file))?,
+            (None, None) => return Err(invalid(HOW_TO_CONFIGURE.to_owned())),
+        };
+        let mut options = AcquireOptions::default();
+        if let Some(ttl) = var("DLOCK_TTL") {
+            let parsed = humantime::parse_duration(&ttl)
+                .map_err(|e| invalid(format!("DLOCK_TTL: {ttl:?} is not a duration ({e})")))?;
+            options = options.ttl(check_ttl("DLOCK_TTL", parsed)?);
+        }
+        if let Some(wait) = var("DLOCK_WAIT") {
+            options = options.wait(parse_wait("DLOCK_WAIT", &wait)?);
+        }
+        if var("DLOCK_NO_AUTO_EXTEND").is_some_and(|v| !v.is_empty() && v != "0") {
+            options = options.auto_extend(false);
+        }
+        Ok(Settings { config, options })
+    }
+
+    /// [`from_vars`](Self::from_vars) over the process environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_vars`](Self::from_vars).
+    pub fn from_env() -> Result<Settings> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+}

@@ -1,0 +1,182 @@
+//! # dlock
+//!
+//! One distributed-lock API over Redis, Redlock, etcd and ZooKeeper (and an
+//! in-process backend), with a fencing token on every grant where the backend
+//! can honestly give one. This is the crate applications add:
+//!
+//! ```toml
+//! dlock = { version = "0.1", features = ["etcd"] }   # or redis, redlock, zk, full
+//! ```
+//!
+//! ```
+//! use std::time::Duration;
+//! use dlock::{AcquireOptions, Guard, Lock, LockKey};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock::Result<()> {
+//! // The backend comes from configuration, e.g. DLOCK_URL=etcd://10.0.0.1:2379
+//! let lock = dlock::connect_url("mem://").await?;
+//! let key = LockKey::new("nightly-report")?;
+//! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
+//! if let Some(token) = guard.token() {
+//!     // pass `token` with every write; the resource refuses older ones
+//!     let _ = token;
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - Generic code takes `L: Lock`; code that picks its backend at run time
+//!   holds the [`AnyLock`] that [`connect`] / [`connect_url`] return.
+//! - [`Config`] is the backend choice as data: a URL, TOML or JSON, or the
+//!   environment ([`Settings::from_env`]). A backend whose cargo feature is
+//!   off is an [`Error::InvalidConfig`] naming the feature, never a compile
+//!   error.
+//! - Drivers, each behind its feature: [`redis`](crate::redis) (`RedisLock`),
+//!   [`redlock`](crate::redlock), [`etcd`](crate::etcd), [`zk`](crate::zk).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod config;
+
+use std::time::{Duration, SystemTime};
+
+pub use config::{Config, Disabled, HOW_TO_CONFIGURE, MAX_TTL, Settings, check_ttl, parse_wait, redact};
+pub use dlock_core::*;
+
+/// The etcd driver (feature `etcd`).
+#[cfg(feature = "etcd")]
+pub use dlock_etcd as etcd;
+/// The single-Redis driver (feature `redis`).
+#[cfg(feature = "redis")]
+pub use dlock_redis as redis;
+/// The Redlock driver (feature `redlock`).
+#[cfg(feature = "redlock")]
+pub use dlock_redlock as redlock;
+/// The ZooKeeper driver (feature `zk`).
+#[cfg(feature = "zk")]
+pub use dlock_zk as zk;
+
+/// Connects the backend `config` names.
+///
+/// `Config::Mem` makes a new in-process backend each time (it is shared only
+/// through clones of the returned handle).
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] for a backend whose cargo feature is off or a bad
+/// setting; otherwise whatever the driver's `connect` reports
+/// ([`Error::Unavailable`] when the servers cannot be reached).
+///
+/// # Cancel safety
+///
+/// Dropping the future drops the half-built client.
+pub async fn connect(config: &Config) -> Result<AnyLock> {
+    #[allow(unreachable_patterns)]
+    match config {
+        Config::Mem => Ok(AnyLock::new(MemLock::new())),
+        #[cfg(feature = "redis")]
+        Config::Redis(c) => Ok(AnyLock::new(dlock_redis::RedisLock::connect(c.clone()).await?)),
+        #[cfg(feature = "redlock")]
+        Config::Redlock(c) => Ok(AnyLock::new(dlock_redlock::Redlock::connect(c.clone()).await?)),
+        #[cfg(feature = "etcd")]
+        Config::Etcd(c) => Ok(AnyLock::new(dlock_etcd::EtcdLock::connect(c.clone()).await?)),
+        #[cfg(feature = "zk")]
+        Config::Zk(c) => Ok(AnyLock::new(dlock_zk::ZkLock::connect(c.clone()).await?)),
+        other => Err(Error::InvalidConfig(format!(
+            "the {0} backend is not built in: enable the cargo feature `{0}` of dlock",
+            other.backend()
+        ))),
+    }
+}
+
+/// Parses `url` ([`Config::from_url`]) and connects.
+///
+/// # Errors
+///
+/// As [`Config::from_url`] and [`connect`].
+///
+/// # Cancel safety
+///
+/// As [`connect`].
+pub async fn connect_url(url: &str) -> Result<AnyLock> {
+    connect(&Config::from_url(url)?).await
+}
+
+/// Who holds a lock, as far as the backend can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderInfo {
+    /// The holder's key or node in the backend.
+    pub id: String,
+    /// What the holder wrote: host, pid, acquire time (for dlock holders).
+    pub detail: String,
+    /// The holder's fencing token, where the backend has one.
+    pub token: Option<u64>,
+    /// How much longer the lock lives without renewal, where known.
+    pub remaining: Option<Duration>,
+    /// When it was acquired (wall clock; display only), where known.
+    pub since: Option<SystemTime>,
+}
+
+/// Who holds `key` on the backend `config` names. `Ok(None)` if nobody does,
+/// or if the backend cannot tell (`mem`, `redlock`).
+///
+/// # Errors
+///
+/// As [`connect`], and the driver's own `holder` errors.
+///
+/// # Cancel safety
+///
+/// Read-only; safe to drop at any point.
+pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>> {
+    let _ = key;
+    #[allow(unreachable_patterns)]
+    match config {
+        Config::Mem => Ok(None),
+        #[cfg(feature = "redis")]
+        Config::Redis(c) => {
+            let lock = dlock_redis::RedisLock::connect(c.clone()).await?;
+            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+                id: lock.redis_key(key).unwrap_or_default(),
+                detail: h.value.clone(),
+                token: h.fence_counter,
+                remaining: h.remaining,
+                since: h.since(),
+            }))
+        }
+        #[cfg(feature = "etcd")]
+        Config::Etcd(c) => {
+            let lock = dlock_etcd::EtcdLock::connect(c.clone()).await?;
+            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+                since: since_from_detail(&h.value),
+                id: h.key,
+                detail: h.value,
+                token: u64::try_from(h.create_revision).ok(),
+                remaining: None,
+            }))
+        }
+        #[cfg(feature = "zk")]
+        Config::Zk(c) => {
+            let lock = dlock_zk::ZkLock::connect(c.clone()).await?;
+            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+                since: since_from_detail(&h.data),
+                id: h.node,
+                detail: h.data,
+                token: u64::try_from(h.czxid).ok(),
+                remaining: None,
+            }))
+        }
+        #[cfg(feature = "redlock")]
+        Config::Redlock(_) => Ok(None),
+        other => Err(Error::InvalidConfig(format!(
+            "the {0} backend is not built in: enable the cargo feature `{0}` of dlock",
+            other.backend()
+        ))),
+    }
+}
+
+/// Reads the `host pid unix-ms` detail written by the etcd and zk drivers.
+#[allow(dead_code)]
+fn since_from_detail(detail: &str) -> Option<SystemTime> {
+    let ms: u64 = detail.rsplit(' ').next()?.parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
