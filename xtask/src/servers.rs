@@ -34,6 +34,24 @@ impl Servers {
         })
     }
 
+    /// A dlock URL per backend: `mem://` and one for each server.
+    pub fn urls(&self) -> Vec<String> {
+        let strip = |u: &str| {
+            u.trim_start_matches("redis://")
+                .trim_start_matches("http://")
+                .to_owned()
+        };
+        let nodes: Vec<String> = self.redis_nodes.urls().iter().map(|u| strip(u)).collect();
+        let etcd: Vec<String> = self.etcd.endpoints().iter().map(|u| strip(u)).collect();
+        vec![
+            "mem://".to_owned(),
+            self.redis.url(),
+            format!("redlock://{}", nodes.join(",")),
+            format!("etcd://{}", etcd.join(",")),
+            format!("zk://{}", self.zk.connect_string()),
+        ]
+    }
+
     /// The environment variables that point tests at these servers.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
