@@ -17,8 +17,8 @@ use crate::session::Session;
 ///
 /// `is_held()` is false while the session is disconnected (SUSPENDED) and
 /// true again if it reconnects in time; `lost()` fires when the session
-/// expires (LOST), or, without auto-extend, when the guard's own TTL runs
-/// out (it then deletes its node). Dropping the guard deletes its node in
+/// expires (LOST), when someone else deletes the node, or, without
+/// auto-extend, when the guard's own TTL runs out (it then deletes its node). Dropping the guard deletes its node in
 /// the background.
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct ZkGuard {
@@ -33,6 +33,28 @@ pub struct ZkGuard {
     deadline: Option<Arc<(Mutex<Instant>, Notify)>>,
     keeper: JoinHandle<()>,
     released: bool,
+}
+
+/// Resolves when the node at `path` is deleted (by anyone); pending while
+/// the session cannot tell (the session's own signal covers expiry).
+async fn node_deleted(session: &Session, path: &str) {
+    loop {
+        let Ok(client) = session.client() else {
+            return std::future::pending().await;
+        };
+        match client.check_and_watch_stat(path).await {
+            Ok((None, _)) => return,
+            Ok((Some(_), watcher)) => {
+                if watcher.changed().await.event_type == zookeeper_client::EventType::NodeDeleted {
+                    return;
+                }
+            }
+            Err(zookeeper_client::Error::NoNode) => return,
+            // Connection trouble: look again shortly (the session signal
+            // reports expiry).
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
@@ -60,7 +82,11 @@ impl ZkGuard {
             let (lock, session, path) = (lock.clone(), Arc::clone(&session), path.clone());
             tokio::spawn(async move {
                 let Some(deadline) = deadline else {
-                    session_lost.wait().await;
+                    // Held as long as the session lives and nobody deletes the node.
+                    tokio::select! {
+                        () = session_lost.wait() => {}
+                        () = node_deleted(&session, &path) => {}
+                    }
                     trigger.fire();
                     return;
                 };
