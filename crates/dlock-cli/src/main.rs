@@ -223,10 +223,13 @@ async fn run(
         return fail(exit::USAGE, "no command given");
     };
     let mut child = Child::new(program);
+    // Its own process group: signals reach the command and everything it
+    // started (a shell's children too), as with timeout(1).
     child
         .args(args)
         .env("DLOCK_KEY", key.as_str())
-        .env("DLOCK_BACKEND", config.backend());
+        .env("DLOCK_BACKEND", config.backend())
+        .process_group(0);
     if let Some(token) = guard.token() {
         child.env("DLOCK_FENCING_TOKEN", token.to_string());
     }
@@ -237,7 +240,12 @@ async fn run(
             return fail(exit::CANNOT_RUN, format!("cannot run {program:?}: {e}"));
         }
     };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+    // The negative pid names the child's process group.
+    // The negative pid names the child's process group.
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(|p| Pid::from_raw(-p));
     let send = |sig: Signal| {
         if let Some(pid) = pid {
             let _ = kill(pid, sig);

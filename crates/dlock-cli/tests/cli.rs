@@ -1,0 +1,298 @@
+//! `dlock` end to end, against the local test servers: mutual exclusion of
+//! two processes, exit codes, `--no-wait`, fencing tokens in the child's
+//! environment, a lock lost while the child runs, and Ctrl-C forwarding.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_testkit::launcher::{etcd::etcdctl, redis::command, shared};
+
+const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
+const LIMIT: Duration = Duration::from_secs(30);
+
+struct Backends {
+    urls: Vec<(&'static str, String)>,
+    etcd: Vec<String>,
+    redis: String,
+    _keep: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+async fn backends() -> Backends {
+    let redis = shared::redis().await.unwrap();
+    let etcd = shared::etcd().await.unwrap();
+    let zk = shared::zk().await.unwrap();
+    let etcd_hosts: Vec<String> = etcd
+        .addresses
+        .iter()
+        .map(|u| u.trim_start_matches("http://").to_owned())
+        .collect();
+    Backends {
+        urls: vec![
+            ("redis", redis.addresses[0].clone()),
+            ("etcd", format!("etcd://{}", etcd_hosts.join(","))),
+            ("zk", format!("zk://{}", zk.addresses[0])),
+        ],
+        etcd: etcd.addresses.clone(),
+        redis: redis.addresses[0].clone(),
+        _keep: vec![Box::new(redis), Box::new(etcd), Box::new(zk)],
+    }
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{:x}", rand::random::<u64>())
+}
+
+fn dlock(url: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(DLOCK);
+    c.arg("--url").arg(url).args(args);
+    c
+}
+
+fn run(url: &str, key: &str, extra: &[&str], script: &str) -> Output {
+    let mut args = vec!["run", key];
+    args.extend(extra);
+    args.extend(["--", "sh", "-c", script]);
+    dlock(url, &args).output().unwrap()
+}
+
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_never_interleave() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, url) in &b.urls {
+        let key = unique("exclusive");
+        let log = dir.path().join(format!("{name}.log"));
+        let script = format!(
+            "echo begin $$ >> {0}; sleep 0.3; echo end $$ >> {0}",
+            log.display()
+        );
+        let spawn = || {
+            dlock(url, &["run", &key, "--", "sh", "-c", &script])
+                .spawn()
+                .unwrap()
+        };
+        let (mut a, mut c) = (spawn(), spawn());
+        assert!(
+            a.wait().unwrap().success() && c.wait().unwrap().success(),
+            "{name}"
+        );
+        let lines: Vec<String> = read(&log).lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 4, "{name}: {lines:?}");
+        for pair in lines.chunks(2) {
+            let (b0, e0) = (pair[0].strip_prefix("begin "), pair[1].strip_prefix("end "));
+            assert!(b0.is_some() && b0 == e0, "{name}: interleaved: {lines:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_pass_through_and_tokens_increase() {
+    let b = backends().await;
+    for (name, url) in &b.urls {
+        let key = unique("codes");
+        assert_eq!(run(url, &key, &[], "exit 7").status.code(), Some(7), "{name}");
+        assert_eq!(
+            run(url, &key, &[], "kill -9 $$").status.code(),
+            Some(128 + 9),
+            "{name}"
+        );
+        let mut last = 0u64;
+        for _ in 0..3 {
+            let out = run(
+                url,
+                &key,
+                &[],
+                "echo $DLOCK_KEY $DLOCK_BACKEND $DLOCK_FENCING_TOKEN",
+            );
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            assert_eq!(fields[..2], [key.as_str(), *name], "{text}");
+            let token: u64 = fields[2]
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: no token in {text:?}"));
+            assert!(token > last, "{name}: token {token} after {last}");
+            last = token;
+        }
+        let missing = run(url, &key, &[], "exit 0");
+        assert!(missing.status.success());
+        let cannot = dlock(url, &["run", &key, "--", "/nonexistent/program"])
+            .output()
+            .unwrap();
+        assert_eq!(cannot.status.code(), Some(127), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_wait_on_a_held_key_fails_fast_and_names_the_holder() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, url) in &b.urls {
+        let key = unique("held");
+        let started = dir.path().join(format!("{name}.started"));
+        let mut holder = dlock(
+            url,
+            &[
+                "run",
+                &key,
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; sleep 3", started.display()),
+            ],
+        )
+        .spawn()
+        .unwrap();
+        until("the holder to start", || started.exists()).await;
+        let t = Instant::now();
+        let out = run(url, &key, &["--no-wait"], "echo should-not-run");
+        assert_eq!(out.status.code(), Some(75), "{name}: {out:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{name}: --no-wait took {:?}",
+            t.elapsed()
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("should-not-run"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("held by"), "{name}: {err}");
+        let bounded = run(url, &key, &["--wait", "300ms"], "true");
+        assert_eq!(bounded.status.code(), Some(75), "{name}");
+        let holder_out = dlock(url, &["holder", &key]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&holder_out.stdout).contains("is held by"),
+            "{name}: {holder_out:?}"
+        );
+        assert!(holder.wait().unwrap().success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_terminates_the_child() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    // How each backend's lock is taken away from outside.
+    for (name, url) in b.urls.iter().filter(|(n, _)| *n != "zk") {
+        let key = unique("lost");
+        let (started, term) = (
+            dir.path().join(format!("{name}.started")),
+            dir.path().join(format!("{name}.term")),
+        );
+        let script = format!(
+            "trap 'touch {}; exit 0' TERM; touch {}; sleep 60 & wait",
+            term.display(),
+            started.display()
+        );
+        let mut child = dlock(
+            url,
+            &[
+                "run", &key, "--ttl", "3s", "--grace", "5s", "--", "sh", "-c", &script,
+            ],
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let t = Instant::now();
+        until("the child to start", || started.exists()).await;
+        match *name {
+            "redis" => {
+                let addr = b.redis.trim_start_matches("redis://").parse().unwrap();
+                assert_eq!(
+                    command(addr, &["DEL", &format!("dlock:{key}")]).await.unwrap(),
+                    ":1"
+                );
+            }
+            "etcd" => {
+                let keys = etcdctl(
+                    &b.etcd,
+                    &["get", "--prefix", "--keys-only", &format!("dlock/{key}/")],
+                )
+                .unwrap();
+                let lease = keys
+                    .lines()
+                    .find(|l| !l.is_empty())
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap();
+                let lease = lease.split('-').next().unwrap().to_owned();
+                etcdctl(&b.etcd, &["lease", "revoke", &lease]).unwrap();
+            }
+            _ => unreachable!(),
+        }
+        let status = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.status.code(), Some(76), "{name}: {status:?}");
+        assert!(term.exists(), "{name}: the child got no SIGTERM");
+        // The whole process group got it: nothing kept the pipes open.
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{name}: took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_is_forwarded_and_the_lock_released() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, url) in &b.urls {
+        let key = unique("ctrl-c");
+        let started = dir.path().join(format!("{name}.started"));
+        let script = format!("trap 'exit 3' INT; touch {}; sleep 60", started.display());
+        let child = dlock(url, &["run", &key, "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        until("the child to start", || started.exists()).await;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
+        // Released: a --no-wait run gets it at once.
+        assert_eq!(
+            run(url, &key, &["--no-wait"], "true").status.code(),
+            Some(0),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn no_backend_configured_explains_the_three_ways() {
+    let out = Command::new(DLOCK)
+        .args(["run", "k", "--", "true"])
+        .env_remove("DLOCK_URL")
+        .env_remove("DLOCK_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for way in ["--url", "--config", "DLOCK_URL"] {
+        assert!(err.contains(way), "{err}");
+    }
+    let help = Command::new(DLOCK).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    for code in ["69", "75", "76", "127"] {
+        assert!(text.contains(code), "exit code {code} undocumented in --help");
+    }
+}
