@@ -197,7 +197,7 @@ async fn a_lost_lock_terminates_the_child() {
             term.display(),
             started.display()
         );
-        let mut child = dlock(
+        let child = dlock(
             url,
             &[
                 "run", &key, "--ttl", "3s", "--grace", "5s", "--", "sh", "-c", &script,
