@@ -60,8 +60,3 @@ pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
 pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
 pub use options::{AcquireOptions, Wait, drift};
 pub use token::FencingToken;
-
-/// The README's examples, compiled as doctests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

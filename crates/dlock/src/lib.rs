@@ -180,3 +180,8 @@ fn since_from_detail(detail: &str) -> Option<SystemTime> {
     let ms: u64 = detail.rsplit(' ').next()?.parse().ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
 }
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
