@@ -10,6 +10,7 @@
 //!   holds, token order, stale fenced writes).
 //! - [`broken`]: deliberately broken drivers the kit must catch.
 //! - [`workload`]: clients contending under faults, recorded for the checker.
+//! - [`safety`]: the fenced register workload with the holder-pause nemesis.
 //! - [`launcher`]: real `redis-server`, etcd and ZooKeeper processes on free
 //!   loopback ports, plus a TCP fault proxy.
 //!
@@ -24,6 +25,7 @@ pub mod history;
 pub mod launcher;
 mod outcome;
 mod runner;
+pub mod safety;
 pub mod scenarios;
 pub mod workload;
 

@@ -1,0 +1,32 @@
+//! The holder-pause nemesis against Redlock: with no fencing token the
+//! paused holder's stale write goes through, and the run shows lost updates.
+
+mod common;
+
+use std::time::Duration;
+
+use dlock_core::LockKey;
+use dlock_testkit::LockFactory;
+use dlock_testkit::safety::{SafetyPlan, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_loses_updates_without_tokens() {
+    let factory = common::RedlockFactory::shared().await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(factory.client().await.unwrap());
+    }
+    let key = LockKey::new(format!("safety-{:x}", rand::random::<u64>())).unwrap();
+    let plan = SafetyPlan {
+        duration: Duration::from_secs(4),
+        ttl: Duration::from_millis(300),
+        pause_every: 3,
+        fence: false,
+    };
+    let report = run(clients, &key, plan).await;
+    eprintln!("{}: {report}", factory.name());
+    assert!(report.pauses > 0, "{report}");
+    // Redlock gives no token, so nothing can fence the paused holder: the
+    // run must show the damage.
+    assert!(report.lost_updates > 0, "{report}");
+}

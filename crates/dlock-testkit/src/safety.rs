@@ -1,0 +1,252 @@
+//! The safety runner's fenced workload with the holder-pause nemesis.
+//!
+//! K clients loop: acquire → read a shared register → increment it through
+//! the resource's fence → append to a log → release. One client now and then
+//! *pauses* while holding (its task stops, as in a GC pause) past its TTL,
+//! then wakes up and writes. With the fence (the resource admits a token on
+//! every access, read or write, and refuses one lower than it has seen), no
+//! stale write is accepted and no update is lost. Without it, the paused
+//! holder overwrites newer holders' increments: lost updates, which the
+//! report counts. Both directions are tested.
+//!
+//! Other nemeses (server kill/restart and SIGSTOP, client partitions,
+//! Redlock clock jumps) are still to come; see the open issue.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use dlock_core::{AcquireOptions, FenceGate, FencingToken, Guard, Lock, LockKey, Wait};
+
+use crate::history::{History, Op, Report};
+
+/// How a safety run goes.
+#[derive(Debug, Clone, Copy)]
+pub struct SafetyPlan {
+    /// How long clients keep working.
+    pub duration: Duration,
+    /// The lock TTL (without auto-extend, so a pause really outlives it).
+    pub ttl: Duration,
+    /// Client 0 pauses on every `pause_every`-th grant (0: never).
+    pub pause_every: u32,
+    /// Whether the resource checks fencing tokens.
+    pub fence: bool,
+}
+
+/// What a safety run found.
+#[derive(Debug, Clone)]
+pub struct SafetyReport {
+    /// The history checker's verdict (overlaps, token order, stale writes).
+    pub history: Report,
+    /// Acquire attempts.
+    pub operations: usize,
+    /// Holder pauses injected.
+    pub pauses: usize,
+    /// Increments the resource accepted.
+    pub accepted: u64,
+    /// Increments refused by the fence.
+    pub rejected: u64,
+    /// The register's final value.
+    pub register: u64,
+    /// Increments lost: accepted but not in the register.
+    pub lost_updates: u64,
+    /// The longest overlap of two holds, in the clients' own view.
+    pub longest_overlap: Duration,
+}
+
+impl SafetyReport {
+    /// `true` when nothing unsafe happened: no stale write accepted, no
+    /// update lost.
+    pub fn is_safe(&self) -> bool {
+        self.history.stale_accepted.is_empty() && self.lost_updates == 0
+    }
+}
+
+impl fmt::Display for SafetyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} operations, {} grants, {} holder pauses; overlapping holds {} (longest {:?}); \
+             writes {} accepted / {} refused by the fence; stale writes accepted {}; lost updates {}",
+            self.operations,
+            self.history.grants,
+            self.pauses,
+            self.history.overlaps.len(),
+            self.longest_overlap,
+            self.accepted,
+            self.rejected,
+            self.history.stale_accepted.len(),
+            self.lost_updates
+        )
+    }
+}
+
+/// The resource: a register and its log, behind a fence (or not).
+struct Resource {
+    gate: FenceGate,
+    fence: bool,
+    register: AtomicU64,
+    log: Mutex<Vec<(usize, u64)>>,
+}
+
+impl Resource {
+    /// A read; with the fence, the token is admitted first.
+    fn read(&self, token: Option<FencingToken>) -> Option<u64> {
+        if self.fence {
+            let token = token?;
+            self.gate
+                .write("register", token, || self.register.load(Ordering::SeqCst))
+                .ok()
+        } else {
+            Some(self.register.load(Ordering::SeqCst))
+        }
+    }
+
+    /// A write of `value`; `Some(accepted)`.
+    fn write(&self, history: &History, client: usize, token: Option<FencingToken>, value: u64) -> bool {
+        let apply = || {
+            self.register.store(value, Ordering::SeqCst);
+            self.log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((client, value));
+        };
+        match (self.fence, token) {
+            (true, Some(token)) => {
+                let accepted = self
+                    .gate
+                    .write("register", token, || {
+                        apply();
+                        history.record(
+                            client,
+                            "register",
+                            Op::Write {
+                                token,
+                                accepted: true,
+                            },
+                        );
+                    })
+                    .is_ok();
+                if !accepted {
+                    history.record(
+                        client,
+                        "register",
+                        Op::Write {
+                            token,
+                            accepted: false,
+                        },
+                    );
+                }
+                accepted
+            }
+            (true, None) => false,
+            (false, _) => {
+                apply();
+                true
+            }
+        }
+    }
+}
+
+/// Runs the fenced workload on `clients` (independent clients of one
+/// backend) for `plan.duration`, then drains. Client 0 is the one that
+/// pauses.
+pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> SafetyReport {
+    let history = History::new();
+    let resource = Arc::new(Resource {
+        gate: FenceGate::new(),
+        fence: plan.fence,
+        register: AtomicU64::new(0),
+        log: Mutex::default(),
+    });
+    let stop = Instant::now() + plan.duration;
+    let mut tasks = Vec::new();
+    for (id, lock) in clients.into_iter().enumerate() {
+        let (key, history, resource) = (key.clone(), history.clone(), Arc::clone(&resource));
+        tasks.push(tokio::spawn(async move {
+            let (mut ops, mut pauses, mut accepted, mut rejected, mut grants) =
+                (0usize, 0usize, 0u64, 0u64, 0u32);
+            let opts = AcquireOptions::default()
+                .ttl(plan.ttl)
+                .auto_extend(false)
+                .wait(Wait::For(plan.ttl * 4));
+            while Instant::now() < stop {
+                ops += 1;
+                history.record(id, key.as_str(), Op::AcquireInvoke);
+                let guard = match lock.acquire(&key, opts).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        let op = if e.is_timeout() {
+                            Op::AcquireFail
+                        } else {
+                            Op::AcquireUnknown
+                        };
+                        history.record(id, key.as_str(), op);
+                        continue;
+                    }
+                };
+                grants += 1;
+                history.record(id, key.as_str(), Op::AcquireOk(guard.token()));
+                let token = guard.token();
+                let Some(seen) = resource.read(token) else {
+                    history.record(id, key.as_str(), Op::Release);
+                    let _ = guard.release().await;
+                    continue;
+                };
+                if id == 0 && plan.pause_every > 0 && grants % plan.pause_every == 0 {
+                    // The GC pause: nothing runs until well past the TTL.
+                    pauses += 1;
+                    let mut last_valid = Instant::now();
+                    while guard.is_held() {
+                        last_valid = Instant::now();
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    history.record_at(last_valid, id, key.as_str(), Op::Lost);
+                    tokio::time::sleep(plan.ttl).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                if resource.write(&history, id, token, seen + 1) {
+                    accepted += 1;
+                } else {
+                    rejected += 1;
+                }
+                history.record(id, key.as_str(), Op::Release);
+                let _ = guard.release().await;
+            }
+            (ops, pauses, accepted, rejected)
+        }));
+    }
+    let (mut operations, mut pauses, mut accepted, mut rejected) = (0, 0, 0, 0);
+    for t in tasks {
+        if let Ok((o, p, a, r)) = t.await {
+            operations += o;
+            pauses += p;
+            accepted += a;
+            rejected += r;
+        }
+    }
+    let report = history.check(true, plan.fence);
+    let longest_overlap = report
+        .overlaps
+        .iter()
+        .map(|(a, b)| {
+            a.to.unwrap_or(b.from)
+                .saturating_sub(b.from)
+                .min(b.to.unwrap_or(Duration::MAX).saturating_sub(b.from))
+        })
+        .max()
+        .unwrap_or_default();
+    let register = resource.register.load(Ordering::SeqCst);
+    SafetyReport {
+        history: report,
+        operations,
+        pauses,
+        accepted,
+        rejected,
+        register,
+        lost_updates: accepted.saturating_sub(register),
+        longest_overlap,
+    }
+}

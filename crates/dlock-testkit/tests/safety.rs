@@ -1,0 +1,41 @@
+//! The holder-pause nemesis bites: without the fence, a holder paused past
+//! its TTL overwrites newer holders' increments (lost updates, detected);
+//! with the fence, nothing stale is accepted and nothing is lost.
+
+use std::time::Duration;
+
+use dlock_core::{LockKey, MemLock};
+use dlock_testkit::safety::{SafetyPlan, run};
+
+fn plan(fence: bool) -> SafetyPlan {
+    SafetyPlan {
+        duration: Duration::from_secs(3),
+        ttl: Duration::from_millis(150),
+        pause_every: 3,
+        fence,
+    }
+}
+
+fn clients() -> Vec<MemLock> {
+    let backend = MemLock::new();
+    (0..3).map(|_| backend.client()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_a_paused_holder_loses_updates() {
+    let report = run(clients(), &LockKey::new("register").unwrap(), plan(false)).await;
+    eprintln!("unfenced: {report}");
+    assert!(report.pauses > 0, "{report}");
+    assert!(report.lost_updates > 0, "the nemesis did not bite: {report}");
+    assert!(!report.is_safe());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fence_nothing_stale_is_accepted_and_nothing_lost() {
+    let report = run(clients(), &LockKey::new("register").unwrap(), plan(true)).await;
+    eprintln!("fenced: {report}");
+    assert!(report.pauses > 0, "{report}");
+    assert!(report.rejected > 0, "no stale write was even attempted: {report}");
+    assert!(report.is_safe(), "{report}");
+    assert_eq!(report.register, report.accepted, "{report}");
+}
