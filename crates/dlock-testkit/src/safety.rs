@@ -9,10 +9,13 @@
 //! holder overwrites newer holders' increments: lost updates, which the
 //! report counts. Both directions are tested.
 //!
-//! Other nemeses (server kill/restart and SIGSTOP, client partitions,
-//! Redlock clock jumps) are still to come; see the open issue.
+//! Beside the holder pause, a [`Schedule`] of server faults runs on a
+//! [`Faults`] target the backend's test provides: kill and restart a server
+//! or member, freeze one with `SIGSTOP` (then `SIGCONT`), cut one client off
+//! with the fault proxy (then heal). Each run records which fault ran when.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -34,6 +37,50 @@ pub struct SafetyPlan {
     pub fence: bool,
 }
 
+/// A server fault the nemesis can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Kill a server or member (`SIGKILL`), restart it at heal.
+    KillRestart,
+    /// Freeze a server or member (`SIGSTOP`), thaw it at heal.
+    Stop,
+    /// Cut one client off with the fault proxy (blackhole), reconnect at heal.
+    Partition,
+}
+
+/// What the nemesis acts on: the backend's servers and proxies.
+pub trait Faults: Send + 'static {
+    /// Injects a fault; returns a description (which member, which client).
+    fn inject(&mut self, kind: FaultKind) -> impl Future<Output = Result<String, String>> + Send;
+    /// Undoes the last fault.
+    fn heal(&mut self) -> impl Future<Output = Result<String, String>> + Send;
+}
+
+/// No server faults (holder pauses only).
+#[derive(Debug, Default)]
+pub struct NoFaults;
+
+impl Faults for NoFaults {
+    async fn inject(&mut self, _: FaultKind) -> Result<String, String> {
+        Ok("nothing".to_owned())
+    }
+    async fn heal(&mut self) -> Result<String, String> {
+        Ok("nothing".to_owned())
+    }
+}
+
+/// When faults happen: after `calm`, each kind in turn for `fault`, then
+/// `calm` again, until the run ends (and the last fault is healed).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// The faults, in turn.
+    pub kinds: Vec<FaultKind>,
+    /// Time between faults.
+    pub calm: Duration,
+    /// How long each fault lasts.
+    pub fault: Duration,
+}
+
 /// What a safety run found.
 #[derive(Debug, Clone)]
 pub struct SafetyReport {
@@ -53,6 +100,10 @@ pub struct SafetyReport {
     pub lost_updates: u64,
     /// The longest overlap of two holds, in the clients' own view.
     pub longest_overlap: Duration,
+    /// The faults injected and healed: (time since start, what).
+    pub faults: Vec<(Duration, String)>,
+    /// The longest time from a heal to the next grant.
+    pub longest_gap_after_heal: Duration,
 }
 
 impl SafetyReport {
@@ -68,7 +119,8 @@ impl fmt::Display for SafetyReport {
         write!(
             f,
             "{} operations, {} grants, {} holder pauses; overlapping holds {} (longest {:?}); \
-             writes {} accepted / {} refused by the fence; stale writes accepted {}; lost updates {}",
+             writes {} accepted / {} refused by the fence; stale writes accepted {}; lost updates {}; \
+             faults {} (longest wait for a grant after a heal {:?})",
             self.operations,
             self.history.grants,
             self.pauses,
@@ -77,7 +129,9 @@ impl fmt::Display for SafetyReport {
             self.accepted,
             self.rejected,
             self.history.stale_accepted.len(),
-            self.lost_updates
+            self.lost_updates,
+            self.faults.len() / 2,
+            self.longest_gap_after_heal
         )
     }
 }
@@ -151,9 +205,28 @@ impl Resource {
 
 /// Runs the fenced workload on `clients` (independent clients of one
 /// backend) for `plan.duration`, then drains. Client 0 is the one that
-/// pauses.
+/// pauses. No server faults.
 pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> SafetyReport {
+    let schedule = Schedule {
+        kinds: Vec::new(),
+        calm: plan.duration,
+        fault: Duration::ZERO,
+    };
+    run_with_faults(clients, key, plan, NoFaults, schedule).await.0
+}
+
+/// As [`run`], with a nemesis injecting `schedule`'s faults into `faults`
+/// meanwhile. Returns the report and the fault target (so its servers are
+/// dropped by the caller, after the run).
+pub async fn run_with_faults<L: Lock, F: Faults>(
+    clients: Vec<L>,
+    key: &LockKey,
+    plan: SafetyPlan,
+    mut faults: F,
+    schedule: Schedule,
+) -> (SafetyReport, F) {
     let history = History::new();
+    let started = Instant::now();
     let resource = Arc::new(Resource {
         gate: FenceGate::new(),
         fence: plan.fence,
@@ -218,6 +291,29 @@ pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> S
             (ops, pauses, accepted, rejected)
         }));
     }
+    let nemesis = tokio::spawn(async move {
+        let mut log = Vec::new();
+        let mut heals = Vec::new();
+        for kind in schedule.kinds.iter().cycle() {
+            if Instant::now() + schedule.calm + schedule.fault >= stop || schedule.kinds.is_empty() {
+                break;
+            }
+            tokio::time::sleep(schedule.calm).await;
+            let what = faults
+                .inject(*kind)
+                .await
+                .unwrap_or_else(|e| format!("{kind:?} failed: {e}"));
+            log.push((started.elapsed(), format!("inject {kind:?}: {what}")));
+            tokio::time::sleep(schedule.fault).await;
+            let what = faults
+                .heal()
+                .await
+                .unwrap_or_else(|e| format!("heal failed: {e}"));
+            heals.push(started.elapsed());
+            log.push((started.elapsed(), format!("heal: {what}")));
+        }
+        (faults, log, heals)
+    });
     let (mut operations, mut pauses, mut accepted, mut rejected) = (0, 0, 0, 0);
     for t in tasks {
         if let Ok((o, p, a, r)) = t.await {
@@ -227,6 +323,26 @@ pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> S
             rejected += r;
         }
     }
+    let (faults, fault_log, heals) = match nemesis.await {
+        Ok(done) => done,
+        Err(e) => panic!("the nemesis task failed: {e}"),
+    };
+    let events = history.events();
+    let grants_at: Vec<Duration> = events
+        .iter()
+        .filter(|e| matches!(e.op, Op::AcquireOk(_)))
+        .map(|e| e.at)
+        .collect();
+    let longest_gap_after_heal = heals
+        .iter()
+        .map(|&h| {
+            grants_at
+                .iter()
+                .find(|&&g| g >= h)
+                .map_or(Duration::MAX, |&g| g - h)
+        })
+        .max()
+        .unwrap_or_default();
     let report = history.check(true, plan.fence);
     let longest_overlap = report
         .overlaps
@@ -239,7 +355,7 @@ pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> S
         .max()
         .unwrap_or_default();
     let register = resource.register.load(Ordering::SeqCst);
-    SafetyReport {
+    let report = SafetyReport {
         history: report,
         operations,
         pauses,
@@ -248,5 +364,8 @@ pub async fn run<L: Lock>(clients: Vec<L>, key: &LockKey, plan: SafetyPlan) -> S
         register,
         lost_updates: accepted.saturating_sub(register),
         longest_overlap,
-    }
+        faults: fault_log,
+        longest_gap_after_heal,
+    };
+    (report, faults)
 }
