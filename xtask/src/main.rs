@@ -9,8 +9,11 @@
 //!   report.
 //! - `cargo xtask servers`: start the local servers, print their endpoints,
 //!   stop them on Ctrl-C.
+//! - `cargo xtask safety [--backend B] [--seconds S]`: the drivers' safety
+//!   runs, longer; writes `RELIABILITY.md` from their report lines.
 
 mod demo;
+mod safety;
 mod servers;
 mod setup;
 
@@ -22,7 +25,10 @@ commands:
   test [-- CARGO_TEST_ARGS]  install missing packages, check fmt and clippy,
                              start servers, run every test, stop servers
   demo                       workers contending for locks, with a report
-  servers                    start local servers and print their endpoints";
+  servers                    start local servers and print their endpoints
+  safety [--backend B] [--seconds S]
+                             the drivers' safety runs, S seconds each (default 600);
+                             writes RELIABILITY.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +48,7 @@ fn main() -> ExitCode {
         "test" => runtime.block_on(setup::test(rest)),
         "demo" => runtime.block_on(demo::run()),
         "servers" => runtime.block_on(servers::run()),
+        "safety" => runtime.block_on(safety::run(rest)),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
