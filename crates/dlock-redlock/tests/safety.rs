@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dlock_core::LockKey;
 use dlock_testkit::LockFactory;
-use dlock_testkit::safety::{SafetyPlan, SafetyReport, run};
+use dlock_testkit::safety::{SafetyPlan, publish, run, run_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_loses_updates_without_tokens() {
@@ -35,20 +35,4 @@ async fn a_paused_holder_loses_updates_without_tokens() {
     // Redlock gives no token, so nothing can fence the paused holder: the
     // run must show the damage.
     assert!(report.lost_updates > 0, "{report}");
-}
-
-/// The run's length: `DLOCK_SAFETY_SECONDS` (set by `cargo xtask safety
-/// --seconds S`), or a short default for `cargo xtask test`.
-fn run_for(default_secs: u64) -> Duration {
-    let secs = std::env::var("DLOCK_SAFETY_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_secs);
-    Duration::from_secs(secs)
-}
-
-/// Prints the report in the line format `cargo xtask safety` collects into
-/// RELIABILITY.md.
-fn publish(backend: &str, run: &str, report: &SafetyReport, claim: &str) {
-    println!("SAFETY-REPORT|{backend}|{run}|{claim}|{report}");
 }

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, FenceGate, FencingToken, Guard, Lock, LockKey, Wait};
 
+use crate::launcher::{Fault, FaultProxy, Member};
+
 use crate::history::{History, Op, Report};
 
 /// How a safety run goes.
@@ -66,6 +68,85 @@ impl Faults for NoFaults {
     }
     async fn heal(&mut self) -> Result<String, String> {
         Ok("nothing".to_owned())
+    }
+}
+
+/// Faults on one member of a server topology (kill/restart, stop/resume)
+/// and on one client's proxy (partition): what the drivers' safety runs use.
+pub struct MemberFaults<S> {
+    servers: S,
+    members: fn(&mut S) -> &mut [Member],
+    index: usize,
+    proxy: FaultProxy,
+    last: Option<FaultKind>,
+}
+
+impl<S> MemberFaults<S> {
+    /// Faults on member `index` of `servers` (reached through `members`,
+    /// e.g. `|r: &mut Redis| r.members()`) and on the client behind `proxy`.
+    pub fn new(servers: S, members: fn(&mut S) -> &mut [Member], index: usize, proxy: FaultProxy) -> Self {
+        MemberFaults {
+            servers,
+            members,
+            index,
+            proxy,
+            last: None,
+        }
+    }
+}
+
+impl<S: Send + 'static> Faults for MemberFaults<S> {
+    async fn inject(&mut self, kind: FaultKind) -> Result<String, String> {
+        self.last = Some(kind);
+        let index = self.index;
+        let m = (self.members)(&mut self.servers)
+            .get_mut(index)
+            .ok_or_else(|| format!("no member {index}"))?;
+        match kind {
+            FaultKind::KillRestart => m.kill().map(|()| format!("killed {}", m.name())),
+            FaultKind::Stop => m.pause().map(|()| format!("SIGSTOP to {}", m.name())),
+            FaultKind::Partition => {
+                self.proxy.set(Fault::Blackhole);
+                Ok("the proxied client cut off".into())
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    async fn heal(&mut self) -> Result<String, String> {
+        let index = self.index;
+        let m = (self.members)(&mut self.servers)
+            .get_mut(index)
+            .ok_or_else(|| format!("no member {index}"))?;
+        match self.last.take() {
+            Some(FaultKind::KillRestart) => m.restart().await.map(|()| format!("restarted {}", m.name())),
+            Some(FaultKind::Stop) => m.resume().map(|()| format!("SIGCONT to {}", m.name())),
+            Some(FaultKind::Partition) => {
+                self.proxy.set(Fault::None);
+                Ok("the proxied client reconnected".into())
+            }
+            None => Ok("nothing to heal".into()),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// A run's length: `DLOCK_SAFETY_SECONDS` (set by `cargo xtask safety
+/// --seconds S`), or `default_secs` (the short runs of `cargo xtask test`).
+pub fn run_for(default_secs: u64) -> Duration {
+    let secs = std::env::var("DLOCK_SAFETY_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_secs);
+    Duration::from_secs(secs)
+}
+
+/// Prints a report in the line format `cargo xtask safety` collects into
+/// `RELIABILITY.md`.
+pub fn publish(backend: &str, run: &str, report: &SafetyReport, claim: &str) {
+    println!("SAFETY-REPORT|{backend}|{run}|{claim}|{report}");
+    for (at, what) in &report.faults {
+        println!("SAFETY-FAULT|{backend}|{run}|{at:?}|{what}");
     }
 }
 

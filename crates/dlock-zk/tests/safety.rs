@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use dlock_core::LockKey;
 use dlock_testkit::LockFactory;
-use dlock_testkit::launcher::{Fault, FaultProxy, ZooKeeper};
-use dlock_testkit::safety::{FaultKind, Faults, SafetyPlan, SafetyReport, Schedule, run, run_with_faults};
+use dlock_testkit::launcher::{FaultProxy, ZooKeeper};
+use dlock_testkit::safety::{
+    FaultKind, MemberFaults, SafetyPlan, Schedule, publish, run, run_for, run_with_faults,
+};
 use dlock_zk::{ZkConfig, ZkLock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,63 +38,6 @@ async fn fenced_register_survives_holder_pauses() {
     assert!(report.pauses > 0, "{report}");
     assert!(report.is_safe(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
-}
-
-/// The run's length: `DLOCK_SAFETY_SECONDS` (set by `cargo xtask safety
-/// --seconds S`), or a short default for `cargo xtask test`.
-fn run_for(default_secs: u64) -> Duration {
-    let secs = std::env::var("DLOCK_SAFETY_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_secs);
-    Duration::from_secs(secs)
-}
-
-/// Prints the report in the line format `cargo xtask safety` collects into
-/// RELIABILITY.md.
-fn publish(backend: &str, run: &str, report: &SafetyReport, claim: &str) {
-    println!("SAFETY-REPORT|{backend}|{run}|{claim}|{report}");
-    for (at, what) in &report.faults {
-        println!("SAFETY-FAULT|{backend}|{run}|{at:?}|{what}");
-    }
-}
-
-/// A cluster's members, a proxy for client 2, and what the nemesis does.
-struct ClusterFaults<S> {
-    cluster: S,
-    members: fn(&mut S) -> &mut [dlock_testkit::launcher::Member],
-    proxy: FaultProxy,
-    last: Option<FaultKind>,
-}
-
-impl<S: Send + 'static> Faults for ClusterFaults<S> {
-    async fn inject(&mut self, kind: FaultKind) -> Result<String, String> {
-        self.last = Some(kind);
-        let m = &mut (self.members)(&mut self.cluster)[2];
-        match kind {
-            FaultKind::KillRestart => m.kill().map(|()| format!("killed {}", m.name())),
-            FaultKind::Stop => m.pause().map(|()| format!("SIGSTOP to {}", m.name())),
-            FaultKind::Partition => {
-                self.proxy.set(Fault::Blackhole);
-                Ok("client 2 cut off".into())
-            }
-        }
-        .map_err(|e| e.to_string())
-    }
-
-    async fn heal(&mut self) -> Result<String, String> {
-        let m = &mut (self.members)(&mut self.cluster)[2];
-        match self.last.take() {
-            Some(FaultKind::KillRestart) => m.restart().await.map(|()| format!("restarted {}", m.name())),
-            Some(FaultKind::Stop) => m.resume().map(|()| format!("SIGCONT to {}", m.name())),
-            Some(FaultKind::Partition) => {
-                self.proxy.set(Fault::None);
-                Ok("client 2 reconnected".into())
-            }
-            None => Ok("nothing to heal".into()),
-        }
-        .map_err(|e| e.to_string())
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,12 +70,7 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         calm: Duration::from_secs(2),
         fault: Duration::from_secs(3),
     };
-    let faults = ClusterFaults {
-        cluster: ensemble,
-        members: |z: &mut ZooKeeper| z.members(),
-        proxy,
-        last: None,
-    };
+    let faults = MemberFaults::new(ensemble, |z: &mut ZooKeeper| z.members(), 2, proxy);
     let (report, _faults) = run_with_faults(
         clients,
         &LockKey::new("register").unwrap(),
