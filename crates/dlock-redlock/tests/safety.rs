@@ -5,32 +5,28 @@ mod common;
 
 use std::time::Duration;
 
-use dlock_core::LockKey;
-use dlock_testkit::LockFactory;
-use dlock_testkit::safety::{SafetyPlan, publish, run, run_for};
+use dlock_testkit::safety::{SafetyPlan, pause_run, run_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_loses_updates_without_tokens() {
     let factory = common::RedlockFactory::shared().await;
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(factory.client().await.unwrap());
-    }
-    let key = LockKey::new(format!("safety-{:x}", rand::random::<u64>())).unwrap();
     let plan = SafetyPlan {
         duration: run_for(4),
         ttl: Duration::from_millis(300),
         pause_every: 3,
         fence: false,
     };
-    let report = run(clients, &key, plan).await;
-    eprintln!("{}: {report}", factory.name());
-    publish(
-        "redlock",
-        "holder pauses, no fence possible",
-        &report,
-        "the damage is detected: lost updates > 0",
-    );
+    let report = pause_run(
+        &factory,
+        3,
+        plan,
+        (
+            "redlock",
+            "holder pauses, no fence possible",
+            "the damage is detected: lost updates > 0",
+        ),
+    )
+    .await;
     assert!(report.pauses > 0, "{report}");
     // Redlock gives no token, so nothing can fence the paused holder: the
     // run must show the damage.

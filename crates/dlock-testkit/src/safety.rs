@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, FenceGate, FencingToken, Guard, Lock, LockKey, Wait};
 
+use crate::LockFactory;
 use crate::launcher::{Fault, FaultProxy, Member};
 
 use crate::history::{History, Op, Report};
@@ -129,6 +130,29 @@ impl<S: Send + 'static> Faults for MemberFaults<S> {
         }
         .map_err(|e| e.to_string())
     }
+}
+
+/// The holder-pause run on `clients` fresh clients of `factory`, on a
+/// fresh key, printed ([`publish`]) under `backend` / `run_name` / `claim`.
+///
+/// # Panics
+///
+/// If the factory cannot make a client (a test's setup failed).
+pub async fn pause_run<F: LockFactory>(
+    factory: &F,
+    clients: usize,
+    plan: SafetyPlan,
+    (backend, run_name, claim): (&str, &str, &str),
+) -> SafetyReport {
+    let mut locks = Vec::new();
+    for _ in 0..clients {
+        locks.push(factory.client().await.expect("a client of the factory"));
+    }
+    let key = LockKey::new(format!("safety-{:x}", rand::random::<u64>())).expect("a valid key");
+    let report = run(locks, &key, plan).await;
+    eprintln!("{}: {report}", factory.name());
+    publish(backend, run_name, &report, claim);
+    report
 }
 
 /// A run's length: `DLOCK_SAFETY_SECONDS` (set by `cargo xtask safety

@@ -6,35 +6,28 @@ mod common;
 use std::time::Duration;
 
 use dlock_core::LockKey;
-use dlock_testkit::LockFactory;
 use dlock_testkit::launcher::{FaultProxy, ZooKeeper};
 use dlock_testkit::safety::{
-    FaultKind, MemberFaults, SafetyPlan, Schedule, publish, run, run_for, run_with_faults,
+    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, run_for, run_with_faults,
 };
 use dlock_zk::{ZkConfig, ZkLock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_register_survives_holder_pauses() {
     let factory = common::ZkFactory::shared().await;
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(factory.client().await.unwrap());
-    }
-    let key = LockKey::new(format!("safety-{:x}", rand::random::<u64>())).unwrap();
     let plan = SafetyPlan {
         duration: run_for(5),
         ttl: Duration::from_millis(500),
         pause_every: 3,
         fence: true,
     };
-    let report = run(clients, &key, plan).await;
-    eprintln!("{}: {report}", factory.name());
-    publish(
-        "zk",
-        "holder pauses",
-        &report,
-        "no stale write accepted, no update lost",
-    );
+    let report = pause_run(
+        &factory,
+        3,
+        plan,
+        ("zk", "holder pauses", "no stale write accepted, no update lost"),
+    )
+    .await;
     assert!(report.pauses > 0, "{report}");
     assert!(report.is_safe(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
