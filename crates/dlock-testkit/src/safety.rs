@@ -168,8 +168,14 @@ pub fn run_for(default_secs: u64) -> Duration {
 /// Prints a report in the line format `cargo xtask safety` collects into
 /// `RELIABILITY.md`.
 pub fn publish(backend: &str, run: &str, report: &SafetyReport, claim: &str) {
-    println!("SAFETY-REPORT|{backend}|{run}|{claim}|{report}");
-    for (at, what) in &report.faults {
+    publish_line(backend, run, claim, &report.to_string(), &report.faults);
+}
+
+/// As [`publish`], for a run that is not a [`SafetyReport`] (a scripted
+/// scenario): its result in words and its faults with their times.
+pub fn publish_line(backend: &str, run: &str, claim: &str, result: &str, faults: &[(Duration, String)]) {
+    println!("SAFETY-REPORT|{backend}|{run}|{claim}|{result}");
+    for (at, what) in faults {
         println!("SAFETY-FAULT|{backend}|{run}|{at:?}|{what}");
     }
 }

@@ -307,3 +307,55 @@ async fn shared_servers_answer() {
     let first: SocketAddr = z.addresses[0].split(',').next().unwrap().parse().unwrap();
     assert!(zk::mode(first).await.is_some());
 }
+
+/// Reads `TIME`'s seconds from an instance (the launcher's `command` gives
+/// the reply's first line only, so this talks RESP itself).
+async fn server_seconds(addr: SocketAddr) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"*1\r\n$4\r\nTIME\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    // *2 $N secs $M micros: five CRLF-terminated lines.
+    while got.windows(2).filter(|w| *w == b"\r\n").count() < 5 {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8(got).unwrap();
+    text.split("\r\n").nth(2).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_jumps_expire_keys_on_that_instance_only() {
+    let r = Redis::start_many_with_clocks(2).await.unwrap();
+    let addrs = r.addrs();
+    for &a in &addrs {
+        assert_eq!(
+            redis::command(a, &["SET", "k", "v", "PX", "60000"])
+                .await
+                .unwrap(),
+            "+OK"
+        );
+    }
+    let before = server_seconds(addrs[0]).await;
+    r.jump_clock(0, Duration::from_secs(120)).unwrap();
+    let after = server_seconds(addrs[0]).await;
+    assert!(after >= before + 120, "TIME moved from {before} to {after} only");
+    // The key's 60 s are over on the jumped instance, not on the other one.
+    assert_eq!(redis::command(addrs[0], &["GET", "k"]).await.unwrap(), "$-1");
+    assert_eq!(redis::command(addrs[1], &["GET", "k"]).await.unwrap(), "$1");
+    let other = server_seconds(addrs[1]).await;
+    assert!(
+        other < before + 60,
+        "the other instance's clock moved too: {other}"
+    );
+    assert!(r.jump_clock(2, Duration::from_secs(1)).is_err());
+    assert!(
+        Redis::start()
+            .await
+            .unwrap()
+            .jump_clock(0, Duration::from_secs(1))
+            .is_err()
+    );
+}

@@ -26,6 +26,7 @@ pub struct Member {
     ready_within: Duration,
     child: Option<Child>,
     paused: bool,
+    envs: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Member {
@@ -58,7 +59,14 @@ impl Member {
             ready_within,
             child: None,
             paused: false,
+            envs: Vec::new(),
         }
+    }
+
+    /// Sets an environment variable for the process (from its next start).
+    pub(crate) fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.envs.push((key.into(), value.into()));
+        self
     }
 
     /// The member's name (`redis-0`, `etcd-2`, `zk-1`...).
@@ -89,6 +97,7 @@ impl Member {
         let log = File::options().create(true).append(true).open(&self.log)?;
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

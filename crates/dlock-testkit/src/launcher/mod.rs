@@ -73,12 +73,13 @@ fn loopback(port: u16) -> SocketAddr {
 }
 
 /// The Debian packages the launcher (and the drivers' builds) need.
-pub const PACKAGES: [&str; 5] = [
+pub const PACKAGES: [&str; 6] = [
     "redis-server",
     "etcd-server",
     "etcd-client",
     "zookeeper",
     "protobuf-compiler",
+    "gcc",
 ];
 
 /// Which of [`PACKAGES`] look missing on this machine (by the files they
@@ -93,6 +94,8 @@ pub fn missing_packages() -> Vec<&'static str> {
         ("etcd-client", etcd::CTL),
         ("zookeeper", zk::JAR),
         ("protobuf-compiler", "/usr/bin/protoc"),
+        // Builds the Redis clock shim (and links Rust itself).
+        ("gcc", "/usr/bin/cc"),
     ] {
         if !present(file) {
             missing.push(package);

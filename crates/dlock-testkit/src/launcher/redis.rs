@@ -1,6 +1,7 @@
 //! `redis-server`: one instance, or N independent ones (for Redlock).
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -19,8 +20,13 @@ pub(crate) const CLI: &str = "/usr/bin/redis-cli";
 pub struct Redis {
     members: Vec<Member>,
     cluster: bool,
+    clocks: Vec<PathBuf>,
     _dir: TempDir,
 }
+
+/// The wall-clock shim (see the file's header): Debian's libfaketime hangs
+/// `redis-server` at start-up, as it clashes with jemalloc.
+const CLOCK_SHIM: &str = include_str!("clockjump.c");
 
 impl Redis {
     /// Starts one instance and waits until it answers `PING`.
@@ -38,7 +44,45 @@ impl Redis {
     ///
     /// As [`start`](Self::start).
     pub async fn start_many(n: usize) -> Result<Self, LaunchError> {
-        Self::launch(n, false).await
+        Self::launch(n, false, false).await
+    }
+
+    /// Starts `n` independent instances whose wall clocks can be moved with
+    /// [`jump_clock`](Self::jump_clock): each runs with a small
+    /// `LD_PRELOAD` shim (built here with `cc`) that adds an offset to
+    /// `CLOCK_REALTIME`, `gettimeofday` and `time`, the clock Redis expires
+    /// keys by.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start), or if the shim does not build.
+    pub async fn start_many_with_clocks(n: usize) -> Result<Self, LaunchError> {
+        Self::launch(n, false, true).await
+    }
+
+    /// Steps instance `index`'s wall clock forward by `by` (from where the
+    /// real clock is; jumps do not add up), as NTP or an operator stepping
+    /// the host's clock would. Keys whose expiry the new time passes are
+    /// gone for that instance.
+    ///
+    /// # Errors
+    ///
+    /// If the instances were not started with
+    /// [`start_many_with_clocks`](Self::start_many_with_clocks), or the
+    /// offset cannot be written.
+    pub fn jump_clock(&self, index: usize, by: Duration) -> Result<(), LaunchError> {
+        use std::os::unix::fs::FileExt;
+        let path = self
+            .clocks
+            .get(index)
+            .ok_or_else(|| LaunchError(format!("redis-{index} has no movable clock")))?;
+        let ns = i64::try_from(by.as_nanos()).map_err(|_| LaunchError("clock jump too large".into()))?;
+        // Written in place (never truncated): the shim has it mapped.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)?
+            .write_all_at(&ns.to_le_bytes(), 0)?;
+        Ok(())
     }
 
     /// Starts a Redis Cluster of `n` masters (no replicas; `n >= 3`), forms it
@@ -49,7 +93,7 @@ impl Redis {
     ///
     /// As [`start`](Self::start), or if the cluster does not form in time.
     pub async fn start_cluster(n: usize) -> Result<Self, LaunchError> {
-        let redis = Self::launch(n, true).await?;
+        let redis = Self::launch(n, true, false).await?;
         let nodes: Vec<String> = redis.addrs().iter().map(ToString::to_string).collect();
         let mut create = vec!["--cluster", "create"];
         create.extend(nodes.iter().map(String::as_str));
@@ -93,8 +137,14 @@ impl Redis {
         Ok(redis)
     }
 
-    async fn launch(n: usize, cluster: bool) -> Result<Self, LaunchError> {
+    async fn launch(n: usize, cluster: bool, clocks: bool) -> Result<Self, LaunchError> {
         let dir = tempfile::Builder::new().prefix("dlock-redis-").tempdir()?;
+        let shim = if clocks {
+            Some(build_shim(dir.path())?)
+        } else {
+            None
+        };
+        let mut clock_files = Vec::new();
         let ports = free_ports(2 * n)?;
         let (ports, bus_ports) = ports.split_at(n);
         let mut members = Vec::with_capacity(n);
@@ -132,7 +182,7 @@ impl Redis {
                     .map(str::to_owned),
                 );
             }
-            members.push(Member::new(
+            let member = Member::new(
                 format!("redis-{i}"),
                 loopback(port),
                 SERVER,
@@ -142,12 +192,25 @@ impl Redis {
                     Box::pin(async move { matches!(command(addr, &["PING"]).await, Ok(r) if r == "+PONG") })
                 },
                 Duration::from_secs(20),
-            ));
+            );
+            members.push(match &shim {
+                Some(shim) => {
+                    let clock = dir.path().join(format!("clock-{i}"));
+                    std::fs::write(&clock, 0i64.to_le_bytes())?;
+                    let member = member
+                        .env("LD_PRELOAD", shim.to_string_lossy())
+                        .env("DLOCK_CLOCK_FILE", clock.to_string_lossy());
+                    clock_files.push(clock);
+                    member
+                }
+                None => member,
+            });
         }
         start_all(&mut members).await?;
         Ok(Redis {
             members,
             cluster,
+            clocks: clock_files,
             _dir: dir,
         })
     }
@@ -186,6 +249,26 @@ impl Redis {
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.members.iter().map(Member::addr).collect()
     }
+}
+
+/// Builds the clock shim into `dir` with the C compiler Rust links with.
+fn build_shim(dir: &Path) -> Result<PathBuf, LaunchError> {
+    let source = dir.join("clockjump.c");
+    let lib = dir.join("libclockjump.so");
+    std::fs::write(&source, CLOCK_SHIM)?;
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .output()
+        .map_err(|e| LaunchError(format!("cannot run cc to build the clock shim: {e}")))?;
+    if !out.status.success() {
+        return Err(LaunchError(format!(
+            "cc could not build the clock shim: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(lib)
 }
 
 /// Sends one command (inline RESP) and returns the first line of the reply,
