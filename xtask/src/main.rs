@@ -28,7 +28,8 @@ commands:
   servers                    start local servers and print their endpoints
   safety [--backend B] [--seconds S]
                              the drivers' safety runs, S seconds each (default 600);
-                             writes RELIABILITY.md";
+                             B: redis, redlock, etcd, zk, processes (clients as
+                             separate OS processes); writes RELIABILITY.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -10,7 +10,7 @@ use tokio::process::Command;
 use crate::servers::Servers;
 use crate::setup::ensure_packages;
 
-const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
+const BACKENDS: [&str; 5] = ["redis", "redlock", "etcd", "zk", "processes"];
 
 /// `cargo xtask safety`.
 pub async fn run(args: &[String]) -> Result<(), String> {
@@ -44,16 +44,16 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     for backend in &backends {
         eprintln!("xtask safety: {backend}, {seconds} s per run");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        // "processes": every backend with each client in its own process.
+        let package = format!("dlock-{backend}");
+        let args: Vec<&str> = if *backend == "processes" {
+            vec!["test", "-p", "dlock", "--features", "full", "--test", "processes"]
+        } else {
+            vec!["test", "-p", &package, "--test", "safety"]
+        };
         let out = Command::new(cargo)
-            .args([
-                "test",
-                "-p",
-                &format!("dlock-{backend}"),
-                "--test",
-                "safety",
-                "--",
-                "--nocapture",
-            ])
+            .args(&args)
+            .args(["--", "--nocapture"])
             .envs(servers.env())
             .env("DLOCK_SAFETY_SECONDS", seconds.to_string())
             .stderr(Stdio::inherit())
@@ -63,7 +63,7 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         let stdout = String::from_utf8_lossy(&out.stdout);
         for line in stdout.lines() {
             if let Some(r) = line.strip_prefix("SAFETY-REPORT|") {
-                println!("{backend}: {r}");
+                println!("{r}");
                 reports.push(r.to_owned());
             } else if let Some(f) = line.strip_prefix("SAFETY-FAULT|") {
                 faults.push(f.to_owned());
@@ -135,7 +135,7 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
-        "| Redlock | timing-dependent (efficiency locks only) | none | holder pauses *do* lose updates: the run asserts the damage is seen |"
+        "| Redlock | timing-dependent (efficiency locks only) | none | holder pauses and frozen client processes *do* lose updates; a quorum node restarted without persistence, or whose clock steps forward, lets two clients hold at once: the runs assert the checker reports it |"
     );
     let _ = writeln!(d, "\n## Faults injected\n");
     let _ = writeln!(d, "| fault | how |");
@@ -155,6 +155,22 @@ async fn reliability(
     let _ = writeln!(
         d,
         "| holder pause | a client stops while holding, past its TTL, then writes with its old token |"
+    );
+    let _ = writeln!(
+        d,
+        "| process freeze | one of three client *processes* gets `SIGSTOP` while holding (between its read and its write), past its TTL or session, then `SIGCONT` |"
+    );
+    let _ = writeln!(
+        d,
+        "| Redlock node restart | a node holding the key (one of exactly a quorum) is killed and restarted without persistence |"
+    );
+    let _ = writeln!(
+        d,
+        "| Redlock clock jump | that node's wall clock is stepped forward by twice the TTL (an `LD_PRELOAD` shim built by the launcher: Debian's libfaketime hangs redis-server, a jemalloc clash, libfaketime issue #130) |"
+    );
+    let _ = writeln!(
+        d,
+        "\nEach run also reports the residue: what the backend still held for the run's key once the clients had drained, and how long until it was gone."
     );
     let _ = writeln!(d, "\n## Last run\n");
     let _ = writeln!(

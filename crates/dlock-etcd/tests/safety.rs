@@ -9,7 +9,7 @@ use dlock_core::LockKey;
 use dlock_etcd::{EtcdConfig, EtcdLock};
 use dlock_testkit::launcher::{Etcd, FaultProxy};
 use dlock_testkit::safety::{
-    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, run_for, run_with_faults,
+    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, residue, run_for, run_with_faults,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,6 +30,7 @@ async fn fenced_register_survives_holder_pauses() {
     .await;
     assert!(report.pauses > 0, "{report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
 }
 
@@ -41,6 +42,7 @@ async fn a_cluster_under_member_faults_keeps_exclusion() {
     let timeouts = (Duration::from_secs(2), Duration::from_secs(2));
     let all = EtcdConfig::new(cluster.endpoints()).timeouts(timeouts.0, timeouts.1);
     let behind_proxy = EtcdConfig::new([format!("http://{}", proxy.addr())]).timeouts(timeouts.0, timeouts.1);
+    let admin = all.clone();
     let clients = vec![
         EtcdLock::connect(all.clone()).await.unwrap(),
         EtcdLock::connect(all).await.unwrap(),
@@ -58,7 +60,7 @@ async fn a_cluster_under_member_faults_keeps_exclusion() {
         fault: Duration::from_secs(3),
     };
     let faults = MemberFaults::new(cluster, |c: &mut Etcd| c.members(), 2, proxy);
-    let (report, _faults) = run_with_faults(
+    let (mut report, faults) = run_with_faults(
         clients,
         &LockKey::new("register").unwrap(),
         plan,
@@ -66,6 +68,16 @@ async fn a_cluster_under_member_faults_keeps_exclusion() {
         schedule,
     )
     .await;
+    // The servers (in `faults`) are still up: ask what the run left.
+    report.residue = Some(
+        residue(
+            &common::EtcdFactory::new(admin, None).await,
+            "register",
+            plan.ttl * 4 + Duration::from_secs(10),
+        )
+        .await,
+    );
+    drop(faults);
     eprintln!("etcd under faults: {report}");
     publish(
         "etcd",
@@ -75,5 +87,6 @@ async fn a_cluster_under_member_faults_keeps_exclusion() {
     );
     assert!(report.faults.len() >= 2, "no fault was injected: {report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
     assert!(report.history.overlaps.is_empty(), "{report}");
 }

@@ -9,7 +9,7 @@ use dlock_core::LockKey;
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{FaultProxy, Redis};
 use dlock_testkit::safety::{
-    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, run_for, run_with_faults,
+    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, residue, run_for, run_with_faults,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,6 +34,7 @@ async fn fenced_register_survives_holder_pauses() {
     .await;
     assert!(report.pauses > 0, "{report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
 }
 
@@ -45,6 +46,7 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
         RedisConfig::from_url(server.url()).timeouts(Duration::from_secs(2), Duration::from_millis(500));
     let behind_proxy = RedisConfig::from_url(format!("redis://{}", proxy.addr()))
         .timeouts(Duration::from_secs(2), Duration::from_millis(500));
+    let admin = config.clone();
     let clients = vec![
         RedisLock::connect(config.clone()).await.unwrap(),
         RedisLock::connect(config).await.unwrap(),
@@ -62,7 +64,7 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
         fault: Duration::from_secs(2),
     };
     let faults = MemberFaults::new(server, |r: &mut Redis| r.members(), 0, proxy);
-    let (report, _faults) = run_with_faults(
+    let (mut report, faults) = run_with_faults(
         clients,
         &LockKey::new("register").unwrap(),
         plan,
@@ -70,6 +72,16 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
         schedule,
     )
     .await;
+    // The servers (in `faults`) are still up: ask what the run left.
+    report.residue = Some(
+        residue(
+            &common::RedisFactory::new(admin, None).await,
+            "register",
+            plan.ttl * 4 + Duration::from_secs(10),
+        )
+        .await,
+    );
+    drop(faults);
     eprintln!("redis under faults: {report}");
     publish(
         "redis",
@@ -79,4 +91,5 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
     );
     assert!(report.faults.len() >= 2, "no fault was injected: {report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
 }

@@ -27,6 +27,8 @@ use crate::launcher::{Fault, FaultProxy, Member};
 
 use crate::history::{History, Op, Report};
 
+pub mod processes;
+
 /// How a safety run goes.
 #[derive(Debug, Clone, Copy)]
 pub struct SafetyPlan {
@@ -133,7 +135,7 @@ impl<S: Send + 'static> Faults for MemberFaults<S> {
 }
 
 /// The holder-pause run on `clients` fresh clients of `factory`, on a
-/// fresh key, printed ([`publish`]) under `backend` / `run_name` / `claim`.
+/// fresh key, with its [`residue`] measured, printed ([`publish`]) under `backend` / `run_name` / `claim`.
 ///
 /// # Panics
 ///
@@ -149,7 +151,9 @@ pub async fn pause_run<F: LockFactory>(
         locks.push(factory.client().await.expect("a client of the factory"));
     }
     let key = LockKey::new(format!("safety-{:x}", rand::random::<u64>())).expect("a valid key");
-    let report = run(locks, &key, plan).await;
+    let mut report = run(locks, &key, plan).await;
+    // A paused holder's lock runs out by TTL (or session): allow for that.
+    report.residue = Some(residue(factory, key.as_str(), plan.ttl * 4 + Duration::from_secs(20)).await);
     eprintln!("{}: {report}", factory.name());
     publish(backend, run_name, &report, claim);
     report
@@ -215,6 +219,61 @@ pub struct SafetyReport {
     pub faults: Vec<(Duration, String)>,
     /// The longest time from a heal to the next grant.
     pub longest_gap_after_heal: Duration,
+    /// What the backend still held for the run's key after the drain, if
+    /// measured ([`residue`]).
+    pub residue: Option<Residue>,
+}
+
+/// What a run left on the backend: the keys (nodes, waiter keys) still
+/// there when the clients had drained, and how long until they were gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Residue {
+    /// Left right after the drain (a lock given up by TTL, not release,
+    /// stays until its TTL or session runs out).
+    pub at_drain: Vec<String>,
+    /// When the last of them was gone, after the drain; `None` if some were
+    /// still there at the deadline.
+    pub cleared_after: Option<Duration>,
+    /// What was still there at the deadline.
+    pub left: Vec<String>,
+}
+
+impl fmt::Display for Residue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "residue at drain {}", self.at_drain.len())?;
+        match self.cleared_after {
+            Some(_) if self.at_drain.is_empty() => Ok(()),
+            Some(after) => write!(f, ", all gone after {after:?}"),
+            None => write!(f, ", {} still left: {:?}", self.left.len(), self.left),
+        }
+    }
+}
+
+/// Measures what `factory`'s backend still holds under `namespace` (a run's
+/// key) now, then waits until nothing is left or `within` has passed.
+///
+/// # Panics
+///
+/// If the backend cannot list its keys (the run's servers are gone).
+pub async fn residue<F: LockFactory>(factory: &F, namespace: &str, within: Duration) -> Residue {
+    let started = Instant::now();
+    let list = async || {
+        factory
+            .residue(namespace)
+            .await
+            .unwrap_or_else(|e| panic!("listing the residue of {namespace:?}: {e}"))
+    };
+    let at_drain = list().await;
+    let mut left = at_drain.clone();
+    while !left.is_empty() && started.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = list().await;
+    }
+    Residue {
+        at_drain,
+        cleared_after: left.is_empty().then(|| started.elapsed()),
+        left,
+    }
 }
 
 impl SafetyReport {
@@ -222,6 +281,11 @@ impl SafetyReport {
     /// update lost.
     pub fn is_safe(&self) -> bool {
         self.history.stale_accepted.is_empty() && self.lost_updates == 0
+    }
+
+    /// `true` when the residue was measured and was gone by its deadline.
+    pub fn residue_cleared(&self) -> bool {
+        self.residue.as_ref().is_some_and(|r| r.cleared_after.is_some())
     }
 }
 
@@ -243,7 +307,11 @@ impl fmt::Display for SafetyReport {
             self.lost_updates,
             self.faults.len() / 2,
             self.longest_gap_after_heal
-        )
+        )?;
+        match &self.residue {
+            Some(r) => write!(f, "; {r}"),
+            None => write!(f, "; residue not measured"),
+        }
     }
 }
 
@@ -438,6 +506,28 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
         Ok(done) => done,
         Err(e) => panic!("the nemesis task failed: {e}"),
     };
+    let report = finish(
+        &history,
+        plan.fence,
+        &resource,
+        [operations, pauses],
+        [accepted, rejected],
+        fault_log,
+        &heals,
+    );
+    (report, faults)
+}
+
+/// The report of a run from its history, resource and counts.
+fn finish(
+    history: &History,
+    fence: bool,
+    resource: &Resource,
+    [operations, pauses]: [usize; 2],
+    [accepted, rejected]: [u64; 2],
+    fault_log: Vec<(Duration, String)>,
+    heals: &[Duration],
+) -> SafetyReport {
     let events = history.events();
     let grants_at: Vec<Duration> = events
         .iter()
@@ -454,7 +544,7 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
         })
         .max()
         .unwrap_or_default();
-    let report = history.check(true, plan.fence);
+    let report = history.check(true, fence);
     let longest_overlap = report
         .overlaps
         .iter()
@@ -466,7 +556,7 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
         .max()
         .unwrap_or_default();
     let register = resource.register.load(Ordering::SeqCst);
-    let report = SafetyReport {
+    SafetyReport {
         history: report,
         operations,
         pauses,
@@ -477,6 +567,6 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
         longest_overlap,
         faults: fault_log,
         longest_gap_after_heal,
-    };
-    (report, faults)
+        residue: None,
+    }
 }

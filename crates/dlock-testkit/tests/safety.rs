@@ -39,3 +39,41 @@ async fn with_the_fence_nothing_stale_is_accepted_and_nothing_lost() {
     assert!(report.is_safe(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn residue_names_what_is_left_and_when_it_is_gone() {
+    use dlock_core::{AcquireOptions, Lock};
+    use dlock_testkit::{LockFactory, MemFactory, safety::residue};
+
+    let factory = MemFactory::new();
+    let lock = factory.client().await.unwrap();
+    let key = LockKey::new("residue/held").unwrap();
+    let guard = lock
+        .acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let left = residue(&factory, "residue", Duration::from_millis(200)).await;
+    assert_eq!(left.at_drain.len(), 1, "{left:?}");
+    assert_eq!(left.cleared_after, None, "{left}");
+    assert_eq!(left.left, left.at_drain, "{left}");
+    assert!(left.to_string().contains("1 still left"), "{left}");
+    // A lock given up by TTL is residue until the TTL runs out.
+    factory.crash(&lock).await;
+    drop(guard);
+    let short = factory.client().await.unwrap();
+    let g = short
+        .acquire(
+            &LockKey::new("residue/ttl").unwrap(),
+            AcquireOptions::default()
+                .ttl(Duration::from_millis(300))
+                .auto_extend(false),
+        )
+        .await
+        .unwrap();
+    factory.crash(&short).await;
+    drop(g);
+    let gone = residue(&factory, "residue/ttl", Duration::from_secs(10)).await;
+    assert_eq!(gone.at_drain.len(), 1, "{gone:?}");
+    assert!(gone.cleared_after.is_some(), "{gone}");
+    assert!(gone.left.is_empty(), "{gone}");
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dlock_core::LockKey;
 use dlock_testkit::launcher::{FaultProxy, ZooKeeper};
 use dlock_testkit::safety::{
-    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, run_for, run_with_faults,
+    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, residue, run_for, run_with_faults,
 };
 use dlock_zk::{ZkConfig, ZkLock};
 
@@ -30,6 +30,7 @@ async fn fenced_register_survives_holder_pauses() {
     .await;
     assert!(report.pauses > 0, "{report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
     assert_eq!(report.register, report.accepted, "{report}");
 }
 
@@ -47,6 +48,7 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         request_timeout: Duration::from_secs(2),
         ..ZkConfig::new(proxy.addr().to_string()).session_timeout(session)
     };
+    let admin = all.clone();
     let clients = vec![
         ZkLock::connect(all.clone()).await.unwrap(),
         ZkLock::connect(all).await.unwrap(),
@@ -64,7 +66,7 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         fault: Duration::from_secs(3),
     };
     let faults = MemberFaults::new(ensemble, |z: &mut ZooKeeper| z.members(), 2, proxy);
-    let (report, _faults) = run_with_faults(
+    let (mut report, faults) = run_with_faults(
         clients,
         &LockKey::new("register").unwrap(),
         plan,
@@ -72,6 +74,16 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         schedule,
     )
     .await;
+    // The servers (in `faults`) are still up: ask what the run left.
+    report.residue = Some(
+        residue(
+            &common::ZkFactory::new(admin, None).await,
+            "register",
+            session * 2 + Duration::from_secs(10),
+        )
+        .await,
+    );
+    drop(faults);
     eprintln!("zk under faults: {report}");
     publish(
         "zk",
@@ -81,5 +93,6 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
     );
     assert!(report.faults.len() >= 2, "no fault was injected: {report}");
     assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
     assert!(report.history.overlaps.is_empty(), "{report}");
 }
