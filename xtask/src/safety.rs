@@ -201,8 +201,26 @@ async fn reliability(
     }
     if !faults.is_empty() {
         let _ = writeln!(d, "\n### Fault timeline\n");
+        // At most a few lines per run: a long run freezes its holder
+        // hundreds of times.
+        const PER_RUN: usize = 8;
+        let mut shown: Vec<(String, usize)> = Vec::new();
         for f in faults {
-            let _ = writeln!(d, "- {}", f.replace('|', " · "));
+            let run: String = f.splitn(3, '|').take(2).collect::<Vec<_>>().join(" · ");
+            let i = match shown.iter().position(|(r, _)| *r == run) {
+                Some(i) => i,
+                None => {
+                    shown.push((run.clone(), 0));
+                    shown.len() - 1
+                }
+            };
+            shown[i].1 += 1;
+            if shown[i].1 <= PER_RUN {
+                let _ = writeln!(d, "- {}", f.replace('|', " · "));
+            }
+        }
+        for (run, n) in shown.iter().filter(|(_, n)| *n > PER_RUN) {
+            let _ = writeln!(d, "- {run}: {} more fault events not listed", n - PER_RUN);
         }
     }
     d
