@@ -1,0 +1,168 @@
+//! The floors: what the same client library does for the least a lock can
+//! cost on each backend, measured beside the driver in the same run.
+//!
+//! - Redis: `SET key value NX PX ttl`, then the compare-and-delete `EVAL`.
+//! - Redlock: the same on every node at once.
+//! - etcd: a put, then a delete.
+//! - ZooKeeper: an ephemeral create, then a delete.
+//!
+//! A trivial round trip (`GET`, a range get, an `exists`) is the floor of a
+//! handoff: a released lock cannot reach another client faster than that.
+
+use fred::prelude::{Builder, Client as Fred, ClientLike, Config as FredConfig, KeysInterface, LuaInterface};
+use fred::types::{Expiration, SetOptions};
+use zookeeper_client::{Acls, CreateMode};
+
+/// The compare-and-delete release every Redis lock library sends.
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/// A raw client of one backend.
+#[derive(Clone)]
+pub(crate) enum Floor {
+    /// One Redis server.
+    Redis(Fred),
+    /// Independent Redis nodes.
+    Redlock(Vec<Fred>),
+    /// etcd.
+    Etcd(etcd_client::Client),
+    /// ZooKeeper.
+    Zk(zookeeper_client::Client),
+}
+
+/// The parent of the ZooKeeper floor's nodes.
+const ZK_DIR: &str = "/dlock-bench-floor";
+
+async fn fred(url: &str) -> Result<Fred, String> {
+    let config = FredConfig::from_url(url).map_err(|e| format!("{url}: {e}"))?;
+    let client = Builder::from_config(config).build().map_err(|e| e.to_string())?;
+    client.init().await.map_err(|e| format!("{url}: {e}"))?;
+    Ok(client)
+}
+
+impl Floor {
+    /// Redis at `url` (`redis://...`).
+    pub(crate) async fn redis(url: &str) -> Result<Floor, String> {
+        Ok(Floor::Redis(fred(url).await?))
+    }
+
+    /// Redlock nodes at `urls`.
+    pub(crate) async fn redlock(urls: &[String]) -> Result<Floor, String> {
+        let mut nodes = Vec::new();
+        for u in urls {
+            nodes.push(fred(u).await?);
+        }
+        Ok(Floor::Redlock(nodes))
+    }
+
+    /// etcd at `endpoints` (`http://...`).
+    pub(crate) async fn etcd(endpoints: &[String]) -> Result<Floor, String> {
+        let client = etcd_client::Client::connect(endpoints, None)
+            .await
+            .map_err(|e| format!("etcd {endpoints:?}: {e}"))?;
+        Ok(Floor::Etcd(client))
+    }
+
+    /// ZooKeeper at `connect` (`host:port,...`).
+    pub(crate) async fn zk(connect: &str) -> Result<Floor, String> {
+        let client = zookeeper_client::Client::connect(connect)
+            .await
+            .map_err(|e| format!("zookeeper {connect}: {e}"))?;
+        match client
+            .create(ZK_DIR, b"", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+            .await
+        {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(Floor::Zk(client)),
+            Err(e) => Err(format!("zookeeper {connect}: creating {ZK_DIR}: {e}")),
+        }
+    }
+
+    /// The least a lock can do: take `key` (TTL 30 s where there is one)
+    /// and give it back.
+    pub(crate) async fn cycle(&self, key: &str) -> Result<(), String> {
+        let value = "floor-holder";
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Floor::Redis(c) => set_and_release(c, key, value).await,
+            Floor::Redlock(nodes) => {
+                let sets = nodes.iter().map(|c| async move {
+                    c.set::<(), _, _>(
+                        key,
+                        value,
+                        Some(Expiration::PX(30_000)),
+                        Some(SetOptions::NX),
+                        false,
+                    )
+                    .await
+                });
+                for r in futures::future::join_all(sets).await {
+                    r.map_err(|e| err(&e))?;
+                }
+                let dels = nodes
+                    .iter()
+                    .map(|c| c.eval::<i64, _, _, _>(RELEASE, vec![key], vec![value]));
+                for r in futures::future::join_all(dels).await {
+                    r.map_err(|e| err(&e))?;
+                }
+                Ok(())
+            }
+            Floor::Etcd(c) => {
+                let mut c = c.clone();
+                c.put(key, value, None).await.map_err(|e| err(&e))?;
+                c.delete(key, None).await.map_err(|e| err(&e))?;
+                Ok(())
+            }
+            Floor::Zk(c) => {
+                let path = format!("{ZK_DIR}/{}", key.replace('/', "_"));
+                c.create(
+                    &path,
+                    value.as_bytes(),
+                    &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+                )
+                .await
+                .map_err(|e| err(&e))?;
+                c.delete(&path, None).await.map_err(|e| err(&e))
+            }
+        }
+    }
+
+    /// One trivial round trip.
+    pub(crate) async fn round_trip(&self) -> Result<(), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Floor::Redis(c) => c
+                .get::<Option<String>, _>("dlock-bench-rtt")
+                .await
+                .map(drop)
+                .map_err(|e| err(&e)),
+            Floor::Redlock(nodes) => nodes[0]
+                .get::<Option<String>, _>("dlock-bench-rtt")
+                .await
+                .map(drop)
+                .map_err(|e| err(&e)),
+            Floor::Etcd(c) => c
+                .clone()
+                .get("dlock-bench-rtt", None)
+                .await
+                .map(drop)
+                .map_err(|e| err(&e)),
+            Floor::Zk(c) => c.check_stat(ZK_DIR).await.map(drop).map_err(|e| err(&e)),
+        }
+    }
+}
+
+async fn set_and_release(c: &Fred, key: &str, value: &str) -> Result<(), String> {
+    c.set::<(), _, _>(
+        key,
+        value,
+        Some(Expiration::PX(30_000)),
+        Some(SetOptions::NX),
+        false,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    c.eval::<i64, _, _, _>(RELEASE, vec![key], vec![value])
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,451 @@
+//! `BENCHMARKS.md` and `benchmarks.svg` from a run's results.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use plotters::prelude::*;
+
+use crate::stats::{ratio, show};
+use crate::{HOLD, HOT_CLIENTS, MANY_TASKS, Results, WAITERS};
+
+/// When, where and what was measured.
+pub(crate) struct Stamp {
+    pub(crate) date: String,
+    pub(crate) commit: String,
+    pub(crate) machine: String,
+}
+
+async fn output(cmd: &str, args: &[&str]) -> String {
+    tokio::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .await
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl Stamp {
+    /// Reads the date, the commit (marked when the tree has changes) and
+    /// the machine (cores, memory, CPU model).
+    pub(crate) async fn read() -> Self {
+        let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).await;
+        let mut commit = output("git", &["rev-parse", "--short", "HEAD"]).await;
+        if !output("git", &["status", "--porcelain", "--untracked-files=no"])
+            .await
+            .is_empty()
+        {
+            commit.push_str(" (with uncommitted changes)");
+        }
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let gib = meminfo
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb / 1024 / 1024);
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+            .unwrap_or_else(|| "unknown CPU".to_owned());
+        Stamp {
+            date,
+            commit,
+            machine: format!("{cores} cores ({model}), {gib} GiB"),
+        }
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "**missed**" }
+}
+
+fn fairness_target(backend: &str) -> f64 {
+    if matches!(backend, "etcd" | "zk") {
+        0.5
+    } else {
+        0.25
+    }
+}
+
+/// The markdown report.
+pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
+    let mut d = String::new();
+    let w = &mut d;
+    let _ = writeln!(w, "# Benchmarks\n");
+    let _ = writeln!(
+        w,
+        "Written by `cargo xtask bench{}`; do not edit by hand (the notes at the end come from `crates/dlock-bench/NOTES.md`).\n",
+        if r.size.quick { " --quick" } else { "" }
+    );
+    let _ = writeln!(
+        w,
+        "- date: {}; commit: {}; machine: {}\n- servers: one of each on loopback, started by the project's launcher (Redis 7 without persistence, five independent Redis nodes for Redlock, one etcd member, one ZooKeeper server)\n- run: {}, {:.0?} in all\n- every latency is a percentile from an HDR histogram; every figure sits next to a floor measured in the same run with the same client library (fred, etcd-client, zookeeper-client), so the ratio is what to read on a noisy machine\n- targets are reported, never asserted\n",
+        stamp.date,
+        stamp.commit,
+        stamp.machine,
+        if r.size.quick {
+            "quick (smaller counts, shorter runs)"
+        } else {
+            "full"
+        },
+        r.took
+    );
+
+    let _ = writeln!(w, "## Headlines\n");
+    let _ = writeln!(
+        w,
+        "| backend | acquire + release p50 (× floor) | hot-key handoff p50 / p99 | fairness | many keys (× floor) | 64 / 2 waiters handoff | memory per guard |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+    for b in &r.backends {
+        let u = &b.uncontended;
+        let _ = writeln!(
+            w,
+            "| {} | {} ({:.2}×) | {} / {} | {:.2} | {:.2}× | {:.2}× | {} |",
+            b.name,
+            show(u.ours.p50()),
+            ratio(u.ours.p50(), u.floor.p50()),
+            show(b.hot.handoff.p50()),
+            show(b.hot.handoff.p99()),
+            b.hot.fairness(),
+            b.many.ours_per_s / b.many.floor_per_s.max(f64::MIN_POSITIVE),
+            waiter_ratio(&b.waiters),
+            b.memory.map_or_else(|| "-".to_owned(), per_guard),
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n## 1. Uncontended acquire + release\n\nOne client, one key at a time, default options (30 s TTL, auto-extend on). Floor: Redis `SET NX PX` + an `EVAL` compare-and-delete (Redlock: the same on all five nodes at once); etcd a put + a delete; ZooKeeper an ephemeral create + a delete. Each iteration runs one of ours and one floor cycle, in turn. Target: p50 at most 1.2 × the floor.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| backend | p50 | p99 | floor p50 | floor p99 | p50 / floor | target |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|");
+    for b in &r.backends {
+        let u = &b.uncontended;
+        let x = ratio(u.ours.p50(), u.floor.p50());
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {x:.2}× | {} |",
+            b.name,
+            show(u.ours.p50()),
+            show(u.ours.p99()),
+            show(u.floor.p50()),
+            show(u.floor.p99()),
+            verdict(x <= 1.2)
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n## 2. Hot key\n\n{HOT_CLIENTS} independent clients (own connections or sessions), each holding {HOLD:?} then retrying at once, for {:?}. Handoff: from one client calling release to a *different* client's grant. Floor: one trivial round trip of the same client library (`GET`, a range get, an `exists`): no handoff can beat it. Targets: handoff p50 ≤ 1 ms, p99 ≤ 5 ms; fairness (fewest / most grants per client) ≥ 0.5 on etcd and ZooKeeper, ≥ 0.25 on Redis and Redlock.\n",
+        r.size.hot
+    );
+    let _ = writeln!(
+        w,
+        "| backend | acquisitions/s | handoff p50 | handoff p99 | round trip p50 | grants per client | fairness | errors | targets |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|");
+    for b in &r.backends {
+        let h = &b.hot;
+        let met = h.handoff.p50() <= Duration::from_millis(1)
+            && h.handoff.p99() <= Duration::from_millis(5)
+            && h.fairness() >= fairness_target(b.name);
+        let _ = writeln!(
+            w,
+            "| {} | {:.0} | {} | {} | {} | {:?} | {:.2} | {} | {} |",
+            b.name,
+            h.acquisitions_per_s,
+            show(h.handoff.p50()),
+            show(h.handoff.p99()),
+            show(b.round_trip.p50()),
+            h.grants,
+            h.fairness(),
+            h.errors,
+            verdict(met)
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n## 3. Many keys\n\n{MANY_TASKS} concurrent tasks on distinct keys through one client, for {:?}; floor: the floor cycle of scenario 1 from {MANY_TASKS} tasks through one raw client. Target: at least 0.8 × the floor.\n",
+        r.size.many
+    );
+    let _ = writeln!(
+        w,
+        "| backend | acquisitions/s | floor cycles/s | ratio | target |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|");
+    for b in &r.backends {
+        let x = b.many.ours_per_s / b.many.floor_per_s.max(f64::MIN_POSITIVE);
+        let _ = writeln!(
+            w,
+            "| {} | {:.0} | {:.0} | {x:.2}× | {} |",
+            b.name,
+            b.many.ours_per_s,
+            b.many.floor_per_s,
+            verdict(x >= 0.8)
+        );
+    }
+
+    let _ = writeln!(
+        w,
+        "\n## 4. Waiter scaling\n\nOne key, a holder and N waiters (N + 1 independent clients looping as in scenario 2), {:?} each. Handoff p50 (p99). Target: 64 waiters at most 1.5 × 2 waiters (no herd).\n",
+        r.size.waiters
+    );
+    let head: Vec<String> = WAITERS.iter().map(|n| format!("{n} waiters")).collect();
+    let _ = writeln!(
+        w,
+        "| backend | {} | 64 / 2 | acquisitions/s at 64 | target |",
+        head.join(" | ")
+    );
+    let _ = writeln!(w, "|---|{}---|---|---|", "---|".repeat(WAITERS.len()));
+    for b in &r.backends {
+        let cells: Vec<String> = b
+            .waiters
+            .iter()
+            .map(|h| format!("{} ({})", show(h.handoff.p50()), show(h.handoff.p99())))
+            .collect();
+        let x = waiter_ratio(&b.waiters);
+        let _ = writeln!(
+            w,
+            "| {} | {} | {x:.2}× | {:.0} | {} |",
+            b.name,
+            cells.join(" | "),
+            b.waiters.last().map_or(0.0, |h| h.acquisitions_per_s),
+            verdict(x <= 1.5)
+        );
+    }
+
+    let f = &r.fan_out;
+    let _ = writeln!(
+        w,
+        "\n## 5. Redlock fan-out\n\nAcquire latency (release not counted) with the five nodes behind fault proxies: all healthy; node 0 delayed {:?} per round trip; node 0 blackholed (per-node timeout {:?}). Targets: delayed ≈ {:?} + healthy; blackholed ≤ the per-node timeout + healthy.\n",
+        f.delay, f.node_timeout, f.delay
+    );
+    let _ = writeln!(w, "| case | p50 | p99 | p50 − healthy p50 | target |");
+    let _ = writeln!(w, "|---|---|---|---|---|");
+    let base = f.healthy.p50();
+    let _ = writeln!(
+        w,
+        "| healthy | {} | {} | - | - |",
+        show(base),
+        show(f.healthy.p99())
+    );
+    let extra = f.delayed.p50().saturating_sub(base);
+    let _ = writeln!(
+        w,
+        "| one node delayed {:?} | {} | {} | {} | {} |",
+        f.delay,
+        show(f.delayed.p50()),
+        show(f.delayed.p99()),
+        show(extra),
+        verdict(extra <= f.delay + Duration::from_millis(2))
+    );
+    let extra = f.blackholed.p50().saturating_sub(base);
+    let _ = writeln!(
+        w,
+        "| one node blackholed | {} | {} | {} | {} |",
+        show(f.blackholed.p50()),
+        show(f.blackholed.p99()),
+        show(extra),
+        verdict(f.blackholed.p50() <= f.node_timeout + base)
+    );
+
+    let _ = writeln!(
+        w,
+        "\n## 6. Memory\n\nGuards held at once with auto-extend through one client, in a fresh process per backend: resident memory (VmRSS) growth per guard. Target: at most 2 KiB per guard.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| backend | guards | RSS before | RSS with the guards | per guard | target |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|");
+    for b in &r.backends {
+        if let Some((before, after, n)) = b.memory {
+            let per = after.saturating_sub(before) as f64 / n.max(1) as f64;
+            let _ = writeln!(
+                w,
+                "| {} | {n} | {:.1} MiB | {:.1} MiB | {} | {} |",
+                b.name,
+                before as f64 / 1048576.0,
+                after as f64 / 1048576.0,
+                per_guard((before, after, n)),
+                verdict(per <= 2048.0)
+            );
+        }
+    }
+    let _ = writeln!(w, "\n![benchmarks](benchmarks.svg)\n");
+    let _ = writeln!(w, "{}", include_str!("../NOTES.md").trim_end());
+    d
+}
+
+fn waiter_ratio(waiters: &[crate::scenarios::HotKey]) -> f64 {
+    match (waiters.first(), waiters.last()) {
+        (Some(a), Some(b)) => ratio(b.handoff.p50(), a.handoff.p50()),
+        _ => 0.0,
+    }
+}
+
+fn per_guard((before, after, n): (u64, u64, usize)) -> String {
+    let per = after.saturating_sub(before) as f64 / n.max(1) as f64;
+    if per >= 1024.0 {
+        format!("{:.2} KiB", per / 1024.0)
+    } else {
+        format!("{per:.0} B")
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// Grouped bars: one group per backend, one bar per series, value on top.
+fn bars(
+    area: &Area<'_>,
+    title: &str,
+    groups: &[&str],
+    series: &[(&str, RGBColor, Vec<f64>)],
+) -> Result<(), String> {
+    let max = series
+        .iter()
+        .flat_map(|(_, _, v)| v.iter().copied())
+        .fold(1.0f64, f64::max)
+        * 1.25;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(10)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..groups.len() as f64, 0f64..max)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("µs")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let width = 0.8 / series.len() as f64;
+    for (s, (name, color, values)) in series.iter().enumerate() {
+        let color = *color;
+        chart
+            .draw_series(values.iter().enumerate().map(|(g, &v)| {
+                let x0 = g as f64 + 0.1 + s as f64 * width;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v)], color.filled())
+            }))
+            .map_err(|e| e.to_string())?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        chart
+            .draw_series(values.iter().enumerate().map(|(g, &v)| {
+                let x0 = g as f64 + 0.1 + s as f64 * width;
+                Text::new(format!("{v:.0}"), (x0, v + max * 0.02), ("sans-serif", 11))
+            }))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .draw_series(groups.iter().enumerate().map(|(g, name)| {
+            Text::new(
+                name.to_string(),
+                (g as f64 + 0.35, max * 0.95),
+                ("sans-serif", 15),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+const PALETTE: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+];
+
+/// The chart: scenario 1 against its floor, scenario 2's handoff against a
+/// round trip, scenario 4's handoff by waiters.
+pub(crate) fn svg(r: &Results, stamp: &Stamp) -> Result<String, String> {
+    let mut buf = String::new();
+    {
+        let root = SVGBackend::with_string(&mut buf, (1000, 1150)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let (top, rest) = root.split_vertically(50);
+        top.draw(&Text::new(
+            format!(
+                "dlock benchmarks{} · {} · {} · {}",
+                if r.size.quick { " (quick)" } else { "" },
+                stamp.date,
+                stamp.commit,
+                stamp.machine
+            ),
+            (12, 18),
+            ("sans-serif", 14),
+        ))
+        .map_err(|e| e.to_string())?;
+        let panels = rest.split_evenly((3, 1));
+        let names: Vec<&str> = r.backends.iter().map(|b| b.name).collect();
+        let pick = |f: &dyn Fn(&crate::BackendResults) -> Duration| -> Vec<f64> {
+            r.backends.iter().map(|b| us(f(b))).collect()
+        };
+        bars(
+            &panels[0],
+            "1. Uncontended acquire + release, p50 (µs): dlock vs the raw client floor",
+            &names,
+            &[
+                ("dlock p50", PALETTE[0], pick(&|b| b.uncontended.ours.p50())),
+                ("floor p50", PALETTE[1], pick(&|b| b.uncontended.floor.p50())),
+            ],
+        )?;
+        bars(
+            &panels[1],
+            "2. Hot key (4 clients, 1 ms hold): handoff (µs) vs one round trip",
+            &names,
+            &[
+                ("handoff p50", PALETTE[0], pick(&|b| b.hot.handoff.p50())),
+                ("handoff p99", PALETTE[2], pick(&|b| b.hot.handoff.p99())),
+                ("round trip p50", PALETTE[1], pick(&|b| b.round_trip.p50())),
+            ],
+        )?;
+        let series: Vec<(String, RGBColor, Vec<f64>)> = WAITERS
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    format!("{n} waiters p50"),
+                    PALETTE[i % PALETTE.len()],
+                    r.backends
+                        .iter()
+                        .map(|b| us(b.waiters[i].handoff.p50()))
+                        .collect(),
+                )
+            })
+            .collect();
+        let series: Vec<(&str, RGBColor, Vec<f64>)> = series
+            .iter()
+            .map(|(n, c, v)| (n.as_str(), *c, v.clone()))
+            .collect();
+        bars(
+            &panels[2],
+            "4. Waiter scaling: handoff p50 (µs) by waiters on one key",
+            &names,
+            &series,
+        )?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(buf)
+}
