@@ -11,7 +11,10 @@
 //!   stop them on Ctrl-C.
 //! - `cargo xtask safety [--backend B] [--seconds S]`: the drivers' safety
 //!   runs, longer; writes `RELIABILITY.md` from their report lines.
+//! - `cargo xtask bench [--quick]`: every benchmark scenario for every
+//!   backend in one run; writes `BENCHMARKS.md` and `benchmarks.svg`.
 
+mod bench;
 mod demo;
 mod safety;
 mod servers;
@@ -26,6 +29,9 @@ commands:
                              start servers, run every test, stop servers
   demo                       workers contending for locks, with a report
   servers                    start local servers and print their endpoints
+  bench [--quick]            every benchmark, every backend, one run; writes
+                             BENCHMARKS.md and benchmarks.svg (--quick: smaller,
+                             under target/bench/)
   safety [--backend B] [--seconds S]
                              the drivers' safety runs, S seconds each (default 600);
                              B: redis, redlock, etcd, zk, processes (clients as
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
         "demo" => runtime.block_on(demo::run()),
         "servers" => runtime.block_on(servers::run()),
         "safety" => runtime.block_on(safety::run(rest)),
+        "bench" => runtime.block_on(bench::run(rest)),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

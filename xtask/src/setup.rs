@@ -80,6 +80,7 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
     .await?;
     // Build before starting servers, so compile time does not count against them.
     cargo(&["test", "--workspace", "--no-run"], &[]).await?;
+    crate::bench::build().await?;
     let servers = Servers::start().await?;
     let env = servers.env();
     for (k, v) in &env {
@@ -95,7 +96,11 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
         args.push("--");
         args.extend(extra);
     }
-    let result = cargo(&args, &env).await;
+    let mut result = cargo(&args, &env).await;
+    if result.is_ok() {
+        // The benchmarks must still run (their numbers are not judged here).
+        result = crate::bench::run_with(&env, true).await;
+    }
     drop(servers);
     result?;
     // The facade alone, without the drivers the workspace build unifies in:

@@ -25,7 +25,7 @@ pub(crate) enum Floor {
     /// Independent Redis nodes.
     Redlock(Vec<Fred>),
     /// etcd.
-    Etcd(etcd_client::Client),
+    Etcd(Box<etcd_client::Client>),
     /// ZooKeeper.
     Zk(zookeeper_client::Client),
 }
@@ -60,7 +60,7 @@ impl Floor {
         let client = etcd_client::Client::connect(endpoints, None)
             .await
             .map_err(|e| format!("etcd {endpoints:?}: {e}"))?;
-        Ok(Floor::Etcd(client))
+        Ok(Floor::Etcd(Box::new(client)))
     }
 
     /// ZooKeeper at `connect` (`host:port,...`).
@@ -107,7 +107,7 @@ impl Floor {
                 Ok(())
             }
             Floor::Etcd(c) => {
-                let mut c = c.clone();
+                let mut c = (**c).clone();
                 c.put(key, value, None).await.map_err(|e| err(&e))?;
                 c.delete(key, None).await.map_err(|e| err(&e))?;
                 Ok(())
