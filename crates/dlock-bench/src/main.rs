@@ -4,7 +4,7 @@
 //! `benchmarks.svg`; judges nothing (targets are reported, not asserted).
 //!
 //! ```text
-//! dlock-bench [--quick] [--out DIR]
+//! dlock-bench [--quick] [--backend NAME] [--out DIR]
 //! dlock-bench --memory URL --guards N      (scenario 6's child process)
 //! ```
 //!
@@ -134,15 +134,17 @@ fn strip(u: &str) -> String {
 
 async fn run(args: &[String]) -> Result<(), String> {
     let mut quick = false;
+    let mut only: Option<String> = None;
     let mut out = std::path::PathBuf::from(".");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--out" => out = it.next().ok_or("--out needs a directory")?.into(),
+            "--backend" => only = Some(it.next().ok_or("--backend needs a name")?.clone()),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: dlock-bench [--quick] [--out DIR]"
+                    "unknown argument {other:?}; usage: dlock-bench [--quick] [--backend NAME] [--out DIR]"
                 ));
             }
         }
@@ -177,7 +179,10 @@ async fn run(args: &[String]) -> Result<(), String> {
         },
     ];
     let mut results = Vec::new();
-    for b in &backends {
+    for b in backends
+        .iter()
+        .filter(|b| only.as_ref().is_none_or(|o| o == b.name))
+    {
         eprintln!("dlock-bench: {} ...", b.name);
         let uncontended = scenarios::uncontended(b, size.iterations).await?;
         let round_trip = scenarios::round_trip(b, size.round_trips).await?;

@@ -412,7 +412,7 @@ impl Lock for EtcdLock {
             })
         };
         if !first {
-            match opts.wait {
+            let survived = match opts.wait {
                 Wait::No => {
                     let r = out_of_time().await;
                     cleanup.armed = false;
@@ -421,7 +421,7 @@ impl Lock for EtcdLock {
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
                         (started + d).into(),
-                        recipe::wait_for_predecessors(client, &pfx, my_rev, timeout),
+                        recipe::wait_for_predecessors(client, &pfx, &my_key, my_rev, timeout),
                     )
                     .await;
                     match waited {
@@ -433,10 +433,12 @@ impl Lock for EtcdLock {
                         }
                     }
                 }
-                Wait::Forever => recipe::wait_for_predecessors(client, &pfx, my_rev, timeout).await?,
-            }
+                Wait::Forever => {
+                    recipe::wait_for_predecessors(client, &pfx, &my_key, my_rev, timeout).await?
+                }
+            };
             // etcd #11456: only a key that survived the wait may take the lock.
-            if !recipe::still_ours(client, &my_key, my_rev, timeout).await? || !session.is_alive() {
+            if !survived || !session.is_alive() {
                 return Err(Error::Lost {
                     key: key.as_str().to_owned(),
                 });

@@ -20,7 +20,7 @@ use std::time::Duration;
 use dlock_core::{Error, Result};
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    TxnOp, TxnOpResponse,
 };
 
 use crate::lock::{BACKEND, map_err};
@@ -88,7 +88,10 @@ pub(crate) async fn enter(
 }
 
 /// Waits until no key under `pfx` was created before `my_rev`: watches the
-/// immediate predecessor's deletion, then looks again.
+/// immediate predecessor's deletion, then looks again. Returns whether
+/// `my_key` still exists with our create revision then (etcd #11456: a
+/// waiter whose lease expired meanwhile must not report a grant); the last
+/// look and that check are one read-only transaction.
 ///
 /// # Cancel safety
 ///
@@ -96,28 +99,43 @@ pub(crate) async fn enter(
 pub(crate) async fn wait_for_predecessors(
     client: &Client,
     pfx: &str,
+    my_key: &str,
     my_rev: i64,
     timeout: Duration,
-) -> Result<()> {
+) -> Result<bool> {
     let predecessor = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_max_create_revision(my_rev - 1)
         .with_limit(1);
+    let look = Txn::new().and_then([TxnOp::get(pfx, Some(predecessor)), TxnOp::get(my_key, None)]);
     loop {
-        let resp = bounded(timeout, client.clone().get(pfx, Some(predecessor.clone()))).await?;
-        let Some(kv) = resp.kvs().first() else {
-            return Ok(());
+        let resp = bounded(timeout, client.clone().txn(look.clone())).await?;
+        let responses = resp.op_responses();
+        let Some(kv) = ranges(&responses, 0).and_then(|kvs| kvs.first()) else {
+            let mine = ranges(&responses, 1).and_then(|kvs| kvs.first());
+            return Ok(mine.is_some_and(|kv| kv.create_revision() == my_rev));
         };
-        let rev = resp.header().map_or(0, |h| h.revision());
-        let key = kv.key().to_vec();
-        let mut stream = bounded(
-            timeout,
-            client
-                .clone()
-                .watch(key, Some(WatchOptions::new().with_start_revision(rev))),
-        )
-        .await?;
+        let seen_at = resp.header().map_or(0, |h| h.revision());
+        let (key, created) = (kv.key().to_vec(), kv.create_revision());
+        // A watch from "now", not from `seen_at`: a watch that starts in
+        // the past is caught up by etcd's background sync, every 100 ms,
+        // which on a busy key cost most handoffs up to 100 ms. Whatever
+        // happened between the get and the watch's start is checked below.
+        let mut stream = bounded(timeout, client.clone().watch(key.clone(), None)).await?;
+        let started_at = match bounded(timeout, stream.message()).await? {
+            Some(created) if created.created() && !created.canceled() => {
+                created.header().map_or(i64::MAX, |h| h.revision())
+            }
+            // Refused or ended: look again.
+            _ => continue,
+        };
+        if started_at > seen_at {
+            let now = bounded(timeout, client.clone().get(key.clone(), None)).await?;
+            if now.kvs().first().is_none_or(|kv| kv.create_revision() != created) {
+                continue;
+            }
+        }
         // Until the predecessor is deleted (or the watch ends: then look again).
         'watch: loop {
             match stream.message().await {

@@ -91,7 +91,9 @@ pub async fn keep<R, Fut>(
             }
             () = tokio::time::sleep_until(next_renewal.into()), if auto_extend => {
                 let sent = Instant::now();
-                match tokio::time::timeout_at(deadline.into(), renew()).await {
+                // Boxed: inline, the client library's command future made
+                // every idle keeper task several KiB (one per held guard).
+                match tokio::time::timeout_at(deadline.into(), Box::pin(renew())).await {
                     Ok(Ok(Outcome::Done)) => {
                         validity.renewed(sent, ttl);
                         next_renewal = sent + ttl / 3;

@@ -41,7 +41,9 @@
 //! - The acquire script (`SET key value NX PX ttl`, from
 //!   [`dlock_redis_protocol::scripts`]) goes to every node **at once**, each
 //!   request bounded by `node_timeout` (default 50 ms): one hung node costs at
-//!   most that.
+//!   most that, and nothing once a quorum has said yes (the grant is decided
+//!   then; the slower nodes' replies are not awaited, and a later release
+//!   reaches them after the acquire on the same connection).
 //! - Granted iff a quorum (`N/2 + 1`) said yes **and** the validity
 //!   `ttl - elapsed - (ttl x drift_factor + 2 ms)` is positive, `elapsed` on
 //!   the monotonic clock from the first send.

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::RedlockConfig;
 use crate::guard::RedlockGuard;
-use crate::quorum::{NodeFailure, QuorumError, Tally, fan_out};
+use crate::quorum::{NodeFailure, QuorumError, Tally, fan_out, fan_out_until};
 
 pub(crate) const BACKEND: &str = "redlock";
 
@@ -310,8 +310,9 @@ impl Redlock {
     }
 
     /// One round: the acquire script on every node at once; a grant iff a
-    /// quorum said yes with validity left. Anything less is released on
-    /// every node (awaited) before returning.
+    /// quorum said yes with validity left (decided as soon as a quorum said
+    /// yes: the slower nodes are not waited for). Anything less is released
+    /// on every node (awaited) before returning.
     async fn attempt(&self, lock_key: &str, ttl: Duration) -> Result<Attempt> {
         let value = scripts::new_value(&self.inner.host);
         let mut cleanup = ReleaseOnDrop {
@@ -322,17 +323,28 @@ impl Redlock {
         };
         let sent = Instant::now();
         let ttl_ms = millis(ttl).to_string();
-        let replies = fan_out(self.inner.nodes.len(), self.inner.config.node_timeout, |i| {
-            self.inner
-                .scripts
-                .acquire
-                .evalsha_with_reload::<Vec<Value>, _, _>(
-                    &self.inner.nodes[i].client,
-                    vec![lock_key],
-                    vec![value.as_str(), ttl_ms.as_str()],
-                )
-        })
+        let granted_here = |reply: &Vec<Value>| reply.first().and_then(Value::as_i64) == Some(1);
+        let replies = fan_out_until(
+            self.inner.nodes.len(),
+            self.inner.config.node_timeout,
+            |i| {
+                self.inner
+                    .scripts
+                    .acquire
+                    .evalsha_with_reload::<Vec<Value>, _, _>(
+                        &self.inner.nodes[i].client,
+                        vec![lock_key],
+                        vec![value.as_str(), ttl_ms.as_str()],
+                    )
+            },
+            granted_here,
+            self.quorum(),
+        )
         .await;
+        // A node still asked when the quorum said yes counts as silent.
+        let replies = replies
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(NodeFailure::Timeout)));
         let elapsed = sent.elapsed();
         let mut granted = 0;
         let mut held = 0;

@@ -102,6 +102,51 @@ where
     .await
 }
 
+/// As [`fan_out`], but returns as soon as `needed` replies satisfy `yes`:
+/// the slowest nodes do not hold up a grant a quorum already gave (a
+/// delayed or silent node costs nothing then). Requests still in flight are
+/// dropped, not recalled: each was already handed to its node's connection,
+/// so a later release on that connection reaches the node after it. Their
+/// slots are `None`.
+pub(crate) async fn fan_out_until<T, F, Fut>(
+    nodes: usize,
+    timeout: Duration,
+    request: F,
+    yes: impl Fn(&T) -> bool,
+    needed: usize,
+) -> Vec<Option<Result<T, NodeFailure>>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<T, fred::error::Error>>,
+{
+    use futures::StreamExt;
+    let mut pending: futures::stream::FuturesUnordered<_> = (0..nodes)
+        .map(|i| {
+            let call = request(i);
+            async move {
+                let r = match tokio::time::timeout(timeout, call).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(node_failure(&e)),
+                    Err(_) => Err(NodeFailure::Timeout),
+                };
+                (i, r)
+            }
+        })
+        .collect();
+    let mut replies: Vec<Option<Result<T, NodeFailure>>> = (0..nodes).map(|_| None).collect();
+    let mut said_yes = 0;
+    while let Some((i, r)) = pending.next().await {
+        if r.as_ref().is_ok_and(&yes) {
+            said_yes += 1;
+        }
+        replies[i] = Some(r);
+        if said_yes >= needed {
+            break;
+        }
+    }
+    replies
+}
+
 /// The tally of a release or extend fan-out.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {

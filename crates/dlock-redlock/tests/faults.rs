@@ -180,7 +180,7 @@ async fn partial_grants_are_given_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_node_costs_at_most_the_node_timeout() {
+async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeout() {
     let nodes = Nodes::start().await;
     let config = nodes.config();
     let node_timeout = config.node_timeout;
@@ -193,6 +193,7 @@ async fn a_silent_node_costs_at_most_the_node_timeout() {
         .await
         .unwrap(); // warm up
     nodes.proxies[4].set(Fault::Blackhole);
+    // Four answering nodes are a quorum: the grant does not wait for the fifth.
     let started = Instant::now();
     let g = lock
         .acquire(&k, AcquireOptions::default().wait(Wait::No))
@@ -200,16 +201,43 @@ async fn a_silent_node_costs_at_most_the_node_timeout() {
         .unwrap();
     let took = started.elapsed();
     assert!(
-        took >= node_timeout,
-        "did not wait for the silent node at all ({took:?})"
+        took < node_timeout,
+        "the grant waited for the silent node: {took:?}"
     );
-    assert!(
-        took < node_timeout + Duration::from_millis(500),
-        "a silent node stalled the acquire: {took:?}"
-    );
+    // A release goes to every node: bounded by the node timeout.
     let started = Instant::now();
     g.release().await.unwrap();
-    assert!(started.elapsed() < node_timeout + Duration::from_millis(500));
+    let took = started.elapsed();
+    assert!(
+        took >= node_timeout,
+        "the release skipped the silent node ({took:?})"
+    );
+    assert!(took < node_timeout + Duration::from_millis(500), "{took:?}");
+    // With three silent nodes no quorum can answer: the acquire gives up
+    // after the node timeout, not later.
+    nodes.proxies[2].set(Fault::Blackhole);
+    nodes.proxies[3].set(Fault::Blackhole);
+    let started = Instant::now();
+    let e = lock
+        .acquire(&k, AcquireOptions::default().wait(Wait::No))
+        .await
+        .expect_err("no quorum answers");
+    let took = started.elapsed();
+    let q = quorum_error(&e);
+    assert_eq!(q.got, 2, "{q}");
+    assert_eq!(
+        nodes.holders(&lock.redis_key(&k)).await,
+        0,
+        "the 2 grants were not given back"
+    );
+    assert!(
+        took >= node_timeout,
+        "did not wait for the silent nodes at all ({took:?})"
+    );
+    assert!(
+        took < node_timeout * 2 + Duration::from_millis(500),
+        "silent nodes stalled the acquire: {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,8 +296,11 @@ async fn a_grant_whose_validity_is_used_up_is_refused_and_released() {
         .release()
         .await
         .unwrap(); // warm up
-    // One node answers after 400 ms: the round outlives a 300 ms TTL.
-    nodes.proxies[0].set(Fault::Delay(Duration::from_millis(200)));
+    // Three nodes (a quorum) answer after 400 ms: the round outlives a
+    // 300 ms TTL.
+    for p in &nodes.proxies[..3] {
+        p.set(Fault::Delay(Duration::from_millis(200)));
+    }
     let r = lock
         .acquire(
             &k,
