@@ -156,7 +156,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     let etcd = shared::etcd().await.map_err(|e| e.to_string())?;
     let zk = shared::zk().await.map_err(|e| e.to_string())?;
     let join = |a: &[String]| a.iter().map(|u| strip(u)).collect::<Vec<_>>().join(",");
-    let backends = vec![
+    let backends = [
         Backend {
             name: "redis",
             url: redis.addresses[0].clone(),
