@@ -27,27 +27,31 @@
 //! only if the counter is lost *and* the server's clock is set back past the
 //! last token (or a key is granted more than a million times a second).
 
-/// `SET NX PX` and, only if that succeeded, the fence `INCR`.
+/// `SET NX PX` and, only if that succeeded, the fence `INCR` (an absent
+/// counter, `INCR` = 1, is seeded from the clock first). The key's type is
+/// looked at only when the `SET NX` failed: the common path is the fewest
+/// commands the server can run for a fenced grant.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter; `ARGV[1]` value, `ARGV[2]`
 /// TTL in ms. Returns `{1, token}` when granted, `{0, pttl}` when held
 /// (`pttl` = -1 if the holder set no expiry). A lock key holding another
 /// type is a `WRONGTYPE` error.
 pub const ACQUIRE: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local token = redis.call('INCR', KEYS[2])
+  if token == 1 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+    token = redis.call('INCR', KEYS[2])
+  end
+  redis.call('PEXPIRE', KEYS[2], 86400000)
+  return {1, token}
+end
 local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'string' then
+if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local now = redis.call('TIME')
-  redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-end
-local token = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], 86400000)
-return {1, token}
+return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// `SET NX PX` alone, for Redlock, which gives no fencing token.
@@ -57,25 +61,26 @@ return {1, token}
 /// tells a real holder from a split vote across nodes); `WRONGTYPE` as
 /// [`ACQUIRE`].
 pub const ACQUIRE_UNFENCED: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, 0}
+end
 local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'string' then
+if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
-end
-return {1, 0}
+return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;
 
-/// Compare-value delete, then announce on the release channel.
+/// Compare-value delete, then announce on the release channel. (A key of
+/// another type makes `GET` fail: that is "held by someone else".)
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` our value, `ARGV[2]` channel. Returns 1
 /// released, 0 already gone (expired), -1 held by someone else (untouched).
 pub const RELEASE: &str = r#"
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then return 0 end
-if kind ~= 'string' then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then return -1 end
+if not v then return 0 end
+if v ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], '1')
 return 1
@@ -86,10 +91,10 @@ return 1
 /// `KEYS[1]` lock key; `ARGV[1]` our value, `ARGV[2]` new TTL in ms. Returns
 /// 1 extended, 0 already gone (expired), -1 held by someone else.
 pub const EXTEND: &str = r#"
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then return 0 end
-if kind ~= 'string' then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then return -1 end
+if not v then return 0 end
+if v ~= ARGV[1] then return -1 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#;
