@@ -1,6 +1,8 @@
 //! Release notices: waking waiters. One subscriber connection per server per
 //! lock handle, one subscription per key that has waiters, shared by all of
-//! them; a notice from any server wakes them.
+//! them. A notice names the waiter it is for (then only that one wakes) or
+//! is [`WAKE_ALL`](crate::scripts::WAKE_ALL) (then all do); a notice from
+//! any server counts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,8 +22,7 @@ pub struct Waiters {
 }
 
 struct Channel {
-    waiters: usize,
-    notify: Arc<Notify>,
+    members: Vec<(u64, String, Arc<Notify>)>,
 }
 
 /// A registered interest in a key's release channel; dropping it gives the
@@ -29,9 +30,15 @@ struct Channel {
 pub struct Waiting {
     waiters: Arc<Waiters>,
     channel: String,
-    /// Notified (`notify_waiters`) on every release notice for the key.
+    slot: u64,
+    /// This waiter's id: the notices naming it wake it.
+    pub id: String,
+    /// Notified (`notify_waiters`) on every release notice for this waiter
+    /// (naming it, or everyone).
     pub notify: Arc<Notify>,
 }
+
+static NEXT_SLOT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Waiters {
     /// The registry and its dispatcher tasks, one per subscriber (the caller
@@ -51,9 +58,14 @@ impl Waiters {
                 tokio::spawn(async move {
                     loop {
                         match rx.recv().await {
-                            Ok(message) => dispatcher.wake(Some(&message.channel)),
+                            Ok(message) => {
+                                let to = message.value.as_str();
+                                dispatcher.wake(Some(&message.channel), to.as_deref());
+                            }
                             // Notices were dropped: wake everyone, they re-check.
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => dispatcher.wake(None),
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                dispatcher.wake(None, None)
+                            }
                             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                         }
                     }
@@ -67,15 +79,26 @@ impl Waiters {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn wake(&self, channel: Option<&str>) {
+    /// Wakes the waiter `to` names on `channel`, or all of them (`to` is
+    /// `*`, unknown to this version, or absent); every waiter of every key
+    /// when `channel` is absent (notices were dropped).
+    fn wake(&self, channel: Option<&str>, to: Option<&str>) {
         let channels = self.channels();
+        let everyone = |c: &Channel| c.members.iter().for_each(|(_, _, n)| n.notify_waiters());
         match channel {
             Some(name) => {
-                if let Some(c) = channels.get(name) {
-                    c.notify.notify_waiters();
+                let Some(c) = channels.get(name) else { return };
+                match to {
+                    Some(id) if crate::scripts::is_waiter_id(id) => {
+                        // Another client's waiter: not ours to wake.
+                        if let Some((_, _, n)) = c.members.iter().find(|(_, w, _)| w == id) {
+                            n.notify_waiters();
+                        }
+                    }
+                    _ => everyone(c),
                 }
             }
-            None => channels.values().for_each(|c| c.notify.notify_waiters()),
+            None => channels.values().for_each(everyone),
         }
     }
 
@@ -83,18 +106,22 @@ impl Waiters {
     /// the first. A failed subscription is not an error: waiters then rely on
     /// polling.
     pub async fn wait_on(self: &Arc<Self>, channel: String) -> Waiting {
-        let (notify, first) = {
+        let slot = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = crate::scripts::new_waiter_id();
+        let notify = Arc::new(Notify::new());
+        let first = {
             let mut channels = self.channels();
-            let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {
-                waiters: 0,
-                notify: Arc::new(Notify::new()),
-            });
-            entry.waiters += 1;
-            (Arc::clone(&entry.notify), entry.waiters == 1)
+            let entry = channels
+                .entry(channel.clone())
+                .or_insert_with(|| Channel { members: Vec::new() });
+            entry.members.push((slot, id.clone(), Arc::clone(&notify)));
+            entry.members.len() == 1
         };
         let waiting = Waiting {
             waiters: Arc::clone(self),
             channel: channel.clone(),
+            slot,
+            id,
             notify,
         };
         if first {
@@ -115,13 +142,14 @@ impl Drop for Waiting {
         let last = {
             let mut channels = self.waiters.channels();
             match channels.get_mut(&self.channel) {
-                Some(c) if c.waiters > 1 => {
-                    c.waiters -= 1;
-                    false
-                }
-                Some(_) => {
-                    channels.remove(&self.channel);
-                    true
+                Some(c) => {
+                    c.members.retain(|(slot, _, _)| *slot != self.slot);
+                    if c.members.is_empty() {
+                        channels.remove(&self.channel);
+                        true
+                    } else {
+                        false
+                    }
                 }
                 None => false,
             }

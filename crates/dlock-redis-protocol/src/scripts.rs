@@ -32,11 +32,18 @@
 /// looked at only when the `SET NX` failed: the common path is the fewest
 /// commands the server can run for a fenced grant.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence counter; `ARGV[1]` value, `ARGV[2]`
-/// TTL in ms. Returns `{1, token}` when granted, `{0, pttl}` when held
+/// A waiting client passes its waiter id: a failed attempt queues it (first
+/// attempt's time, kept) and marks it seen now; a grant takes it out of the
+/// queue. See [`RELEASE`] for what the queue is for.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` waiter queue,
+/// `KEYS[4]` waiters' last-seen times; `ARGV[1]` value, `ARGV[2]` TTL in ms,
+/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` how long (ms) the
+/// queue outlives its last waiter's attempt. Returns `{1, token}` when granted, `{0, pttl}` when held
 /// (`pttl` = -1 if the holder set no expiry). A lock key holding another
 /// type is a `WRONGTYPE` error.
 pub const ACQUIRE: &str = r#"
+local waiter = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.call('INCR', KEYS[2])
   if token == 1 then
@@ -45,11 +52,23 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     token = redis.call('INCR', KEYS[2])
   end
   redis.call('PEXPIRE', KEYS[2], 86400000)
+  if waiter and waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('ZREM', KEYS[4], waiter)
+  end
   return {1, token}
 end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
+end
+if waiter and waiter ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', now, waiter)
+  redis.call('ZADD', KEYS[4], now, waiter)
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
@@ -74,17 +93,70 @@ return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 /// Compare-value delete, then announce on the release channel. (A key of
 /// another type makes `GET` fail: that is "held by someone else".)
 ///
-/// `KEYS[1]` lock key; `ARGV[1]` our value, `ARGV[2]` channel. Returns 1
-/// released, 0 already gone (expired), -1 held by someone else (untouched).
+/// The notice names one waiter, so a release wakes one client, not all of
+/// them (no herd): the longest-queued waiter seen within `ARGV[3]` ms;
+/// waiters not seen that long (gone: crashed, cancelled) are dropped from
+/// the queue on the way. With no queue (Redlock passes none) or nobody
+/// alive in it, the notice is `*`: everyone retries. A woken waiter that
+/// loses the race to a newcomer stays first in line; waiters also poll, so
+/// a notice lost to a dead waiter costs at most one poll.
+///
+/// `KEYS[1]` lock key, optional `KEYS[2]` waiter queue and `KEYS[3]` last
+/// seen times; `ARGV[1]` our value, `ARGV[2]` channel, `ARGV[3]` the age
+/// (ms) past which a waiter counts as gone. Returns 1 released, 0 already
+/// gone (expired), -1 held by someone else (untouched).
 pub const RELEASE: &str = r#"
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and v.err then return -1 end
 if not v then return 0 end
 if v ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '1')
+local target = '*'
+if KEYS[2] then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _ = 1, 16 do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not head then break end
+    local seen = tonumber(redis.call('ZSCORE', KEYS[3], head) or 0)
+    if seen >= now - tonumber(ARGV[3]) then
+      target = head
+      break
+    end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+  end
+end
+redis.call('PUBLISH', ARGV[2], target)
 return 1
 "#;
+
+/// A waiter gives up: out of the queue. `KEYS[1]` waiter queue, `KEYS[2]`
+/// last-seen times; `ARGV[1]` waiter id.
+pub const LEAVE: &str = r#"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"#;
+
+/// The notice that wakes every waiter of a key.
+pub const WAKE_ALL: &str = "*";
+
+/// The prefix of waiter ids (`w` and 24 hex digits).
+const WAITER_PREFIX: &str = "w";
+
+/// A new waiter id: random, 96 bits.
+pub fn new_waiter_id() -> String {
+    format!("{WAITER_PREFIX}{:024x}", rand::random::<u128>() >> 32)
+}
+
+/// Whether a notice names one waiter (anything else wakes everyone: `*`,
+/// or the `1` older versions sent).
+pub fn is_waiter_id(notice: &str) -> bool {
+    notice.len() == 25
+        && notice.starts_with(WAITER_PREFIX)
+        && notice[1..].bytes().all(|b| b.is_ascii_hexdigit())
+}
 
 /// Compare-value `PEXPIRE`; never re-creates an expired key.
 ///
@@ -101,6 +173,23 @@ return 1
 
 /// The suffix of fence counter keys.
 pub const FENCE_SUFFIX: &str = ":dlock-fence";
+
+/// The suffix of waiter queues (a sorted set: waiter id by first attempt).
+pub const QUEUE_SUFFIX: &str = ":dlock-queue";
+
+/// The suffix of the waiters' last-seen times (a sorted set).
+pub const SEEN_SUFFIX: &str = ":dlock-seen";
+
+/// A key beside `lock_key` in its hash slot (so one script can touch both
+/// on a Redis Cluster): `{<lock key>}<suffix>`, or `<lock key><suffix>` when
+/// the lock key already carries a hash tag.
+pub fn companion_key(lock_key: &str, suffix: &str) -> String {
+    if hash_tag(lock_key).is_some() {
+        format!("{lock_key}{suffix}")
+    } else {
+        format!("{{{lock_key}}}{suffix}")
+    }
+}
 
 /// The prefix of release channels.
 pub const CHANNEL_PREFIX: &str = "dlock:released:";

@@ -34,11 +34,16 @@
 //!   already expired ([`Error::Lost`](dlock_core::Error::Lost)), held by
 //!   someone else ([`Error::NotHeld`](dlock_core::Error::NotHeld)). Extend never
 //!   re-creates an expired key; release never deletes a value it did not write.
-//! - **waiting**: the release script publishes on the key's channel; waiters
-//!   (one subscriber connection per [`RedisLock`], one subscription per
-//!   waited-on key) retry when told, polling with jitter, never longer than
-//!   the holder's remaining TTL, as the fallback: a lost message costs at
-//!   most one poll.
+//! - **waiting**: a waiter queues itself (a sorted set beside the key: its
+//!   id by first attempt, and when it was last seen) and subscribes to the
+//!   key's channel (one subscriber connection per [`RedisLock`], one
+//!   subscription per waited-on key). The release script publishes the id
+//!   of the longest-queued waiter seen within the last second, so a release
+//!   wakes **one** waiter, not all (no herd); `*` (everyone) when nobody
+//!   waits. Waiters also poll with jitter, never longer than the holder's
+//!   remaining TTL: a notice lost, or naming a waiter that just died, costs
+//!   at most one poll. Redis locks stay non-FIFO: a newcomer can take a
+//!   free key before the named waiter retries.
 //! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`; the local
 //!   deadline runs from the acquire's send time minus drift.
 //!
@@ -55,7 +60,7 @@
 //!   matters, check the token at the resource ([`dlock_core::Fence`]).
 //! - Works against a Redis Cluster (`redis-cluster://` URLs): scripts touch
 //!   only keys passed in `KEYS`, and a lock key shares its hash slot with its
-//!   fence counter.
+//!   fence counter and its waiter queue.
 //! - Interoperates with other clients' `SET name value NX PX ttl` locks on
 //!   the same names when `key_prefix` is empty.
 #![forbid(unsafe_code)]

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::config::RedisConfig;
 use crate::guard::RedisGuard;
 use dlock_redis_protocol::notices::Waiters;
-use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX};
+use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX};
 use dlock_redis_protocol::{Outcome, host_name, millis as ms};
 
 pub(crate) const BACKEND: &str = "redis";
@@ -30,6 +30,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// The fallback poll while waiting, jittered between half and all of this,
 /// and never longer than the holder's remaining TTL.
 const POLL: Duration = Duration::from_millis(150);
+
+/// A waiter not seen (no attempt) for this long counts as gone: a release
+/// does not name it. Several polls' worth.
+const WAITER_GONE_MS: u64 = 1000;
 
 /// A lock backend on one Redis server (or a Redis Cluster).
 ///
@@ -56,6 +60,7 @@ struct Scripts {
     acquire: Script,
     release: Script,
     extend: Script,
+    leave: Script,
 }
 
 impl Drop for Inner {
@@ -188,6 +193,7 @@ impl RedisLock {
                     acquire: Script::from_lua(scripts::ACQUIRE),
                     release: Script::from_lua(scripts::RELEASE),
                     extend: Script::from_lua(scripts::EXTEND),
+                    leave: Script::from_lua(scripts::LEAVE),
                 },
                 host: host_name(),
                 abandoned: AtomicBool::new(false),
@@ -277,7 +283,10 @@ impl RedisLock {
         while let Some(key) = stream.next().await {
             let key = key.map_err(map_err)?;
             let Some(name) = key.as_str() else { continue };
-            if name.ends_with(FENCE_SUFFIX) {
+            if [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX]
+                .iter()
+                .any(|s| name.ends_with(s))
+            {
                 continue;
             }
             if let Some(stripped) = name.strip_prefix(&self.inner.config.key_prefix) {
@@ -318,7 +327,13 @@ impl RedisLock {
     /// One `SET NX PX` + fence attempt. If the call is dropped or fails
     /// without a definite answer, a compare-value release follows in the
     /// background, so a grant nobody receives does not outlive the call.
-    async fn attempt(&self, lock_key: &str, fence_key: &str, ttl: Duration) -> Result<Attempt> {
+    async fn attempt(
+        &self,
+        lock_key: &str,
+        fence_key: &str,
+        ttl: Duration,
+        waiter: Option<&str>,
+    ) -> Result<Attempt> {
         let value = scripts::new_value(&self.inner.host);
         let mut cleanup = ReleaseOnDrop {
             lock: self,
@@ -333,8 +348,18 @@ impl RedisLock {
             .acquire
             .evalsha_with_reload(
                 &self.inner.client,
-                vec![lock_key, fence_key],
-                vec![value.clone(), ms(ttl).to_string()],
+                vec![
+                    lock_key,
+                    fence_key,
+                    &scripts::companion_key(lock_key, QUEUE_SUFFIX),
+                    &scripts::companion_key(lock_key, SEEN_SUFFIX),
+                ],
+                vec![
+                    value.clone(),
+                    ms(ttl).to_string(),
+                    waiter.unwrap_or_default().to_owned(),
+                    WAITER_GONE_MS.to_string(),
+                ],
             )
             .await
             .map_err(map_err)?;
@@ -367,10 +392,40 @@ impl RedisLock {
             .inner
             .scripts
             .release
-            .evalsha_with_reload(&self.inner.client, vec![lock_key], vec![value, channel.as_str()])
+            .evalsha_with_reload(
+                &self.inner.client,
+                vec![
+                    lock_key,
+                    &scripts::companion_key(lock_key, QUEUE_SUFFIX),
+                    &scripts::companion_key(lock_key, SEEN_SUFFIX),
+                ],
+                vec![value, channel.as_str(), &WAITER_GONE_MS.to_string()],
+            )
             .await
             .map_err(map_err)?;
         Outcome::from_reply(BACKEND, reply)
+    }
+
+    /// Takes a waiter out of its key's queue, in the background (it gave up).
+    fn leave_in_background(&self, lock_key: &str, waiter: String) {
+        if self.is_abandoned() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let lock = self.clone();
+            let keys = vec![
+                scripts::companion_key(lock_key, QUEUE_SUFFIX),
+                scripts::companion_key(lock_key, SEEN_SUFFIX),
+            ];
+            drop(rt.spawn(async move {
+                let _: std::result::Result<i64, _> = lock
+                    .inner
+                    .scripts
+                    .leave
+                    .evalsha_with_reload(&lock.inner.client, keys, vec![waiter])
+                    .await;
+            }));
+        }
     }
 
     /// Runs the extend script.
@@ -417,6 +472,24 @@ impl Drop for ReleaseOnDrop<'_> {
         if self.armed {
             self.lock
                 .release_in_background(self.lock_key.to_owned(), self.value.to_owned());
+        }
+    }
+}
+
+/// Takes a waiter that gave up (timed out, failed, was dropped) out of the
+/// key's queue, so releases do not name it.
+struct LeaveOnDrop<'a> {
+    lock: &'a RedisLock,
+    lock_key: &'a str,
+    waiter: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lock
+                .leave_in_background(self.lock_key, self.waiter.to_owned());
         }
     }
 }
@@ -493,7 +566,7 @@ impl Lock for RedisLock {
             )),
             Attempt::Held { .. } => None,
         };
-        let first = self.attempt(&lock_key, &fence_key, ttl).await?;
+        let first = self.attempt(&lock_key, &fence_key, ttl, None).await?;
         if let granted @ Attempt::Granted { .. } = first {
             return grant(granted).ok_or_else(timeout);
         }
@@ -501,6 +574,14 @@ impl Lock for RedisLock {
             return Err(timeout());
         }
         let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
+        // Queued from the next attempt on; out of the queue again on a grant
+        // (by the script) or when this call ends otherwise (here).
+        let mut queued = LeaveOnDrop {
+            lock: self,
+            lock_key: &lock_key,
+            waiter: &waiting.id,
+            armed: true,
+        };
         loop {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -509,9 +590,15 @@ impl Lock for RedisLock {
             let notified = waiting.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let pttl = match self.attempt(&lock_key, &fence_key, ttl).await? {
+            let pttl = match self
+                .attempt(&lock_key, &fence_key, ttl, Some(&waiting.id))
+                .await?
+            {
                 Attempt::Held { pttl } => pttl,
-                granted => return grant(granted).ok_or_else(timeout),
+                granted => {
+                    queued.armed = false;
+                    return grant(granted).ok_or_else(timeout);
+                }
             };
             let mut wake = Instant::now() + jittered(pttl);
             if let Some(d) = deadline {

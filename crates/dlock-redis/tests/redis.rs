@@ -266,3 +266,137 @@ async fn one_command_and_one_subscriber_connection_per_handle() {
         w.await.unwrap().unwrap().release().await.unwrap();
     }
 }
+
+/// The queued waiter ids of `lock_key`, oldest first (read with a script,
+/// since the launcher's `command` returns only a reply's first line).
+async fn queue(client: &fred::prelude::Client, lock_key: &str) -> Vec<String> {
+    use fred::prelude::LuaInterface;
+    let q =
+        dlock_redis_protocol::scripts::companion_key(lock_key, dlock_redis_protocol::scripts::QUEUE_SUFFIX);
+    client
+        .eval(
+            "return redis.call('ZRANGE', KEYS[1], 0, -1)",
+            vec![q],
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap()
+}
+
+/// Waits until `cond` holds, within [`LIMIT`].
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_first_live_waiter_not_all() {
+    use fred::prelude::{Builder, ClientLike, Config, EventInterface, PubsubInterface};
+    let server = Redis::start().await.unwrap();
+    let prefix = ns();
+    let k = key("herd");
+    let holder = connect(&server, &prefix).await;
+    let lock_key = holder.redis_key(&k).unwrap();
+    let raw = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    raw.init().await.unwrap();
+    let observer = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build_subscriber_client()
+        .unwrap();
+    observer.init().await.unwrap();
+    let mut notices = observer.message_rx();
+    observer
+        .subscribe(dlock_redis_protocol::scripts::channel(&lock_key))
+        .await
+        .unwrap();
+
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    // Three waiters, each its own client, queued one after another.
+    let mut waiters = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let w = connect(&server, &prefix).await;
+        let (w2, k2) = (w.clone(), k.clone());
+        tasks.push(tokio::spawn(async move {
+            w2.acquire(&k2, AcquireOptions::default().wait(Wait::For(LIMIT)))
+                .await
+        }));
+        waiters.push(w);
+        until("the waiter queued", async || {
+            queue(&raw, &lock_key).await.len() == i + 1
+        })
+        .await;
+    }
+    let order = queue(&raw, &lock_key).await;
+    assert_eq!(order.len(), 3);
+    assert!(
+        order
+            .iter()
+            .all(|id| dlock_redis_protocol::scripts::is_waiter_id(id)),
+        "{order:?}"
+    );
+
+    // A waiter gone silent (its client abandoned, no more attempts) is
+    // skipped once it has not been seen for a while; here: the first one.
+    // (The wait is the staleness threshold itself passing, not settling.)
+    waiters[0].abandon().await;
+    tasks.remove(0).abort();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    g.release().await.unwrap();
+    let notice = tokio::time::timeout(LIMIT, notices.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        notice.value.as_string().unwrap(),
+        order[1],
+        "the notice did not name the first live waiter"
+    );
+    // The two live waiters get the lock in turn (the named one first,
+    // unless the other's poll barged in: Redis locks are not FIFO), and a
+    // grant takes the waiter out of the queue; the gone one was dropped.
+    let mut granted = Vec::new();
+    while !tasks.is_empty() {
+        let (done, _, rest) = futures::future::select_all(tasks).await;
+        tasks = rest;
+        let g = done.unwrap().expect("a live waiter's grant");
+        granted.push(queue(&raw, &lock_key).await);
+        g.release().await.unwrap();
+    }
+    assert_eq!(granted.len(), 2);
+    assert_eq!(granted[0].len(), 1, "{granted:?}");
+    assert!(granted[1].is_empty(), "{granted:?}");
+    assert!(
+        !granted[0].contains(&order[0]),
+        "the gone waiter is still queued: {granted:?}"
+    );
+    // With nobody waiting, the last release told everyone.
+    let mut last = String::new();
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(200), notices.recv()).await {
+        last = n.value.as_string().unwrap();
+    }
+    assert_eq!(last, "*");
+
+    // A waiter that gives up leaves the queue.
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let quitter = connect(&server, &prefix).await;
+    let r = quitter
+        .acquire(
+            &k,
+            AcquireOptions::default().wait(Wait::For(Duration::from_millis(300))),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    until("the quitter left the queue", async || {
+        queue(&raw, &lock_key).await.is_empty()
+    })
+    .await;
+    g.release().await.unwrap();
+}
