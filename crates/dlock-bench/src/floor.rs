@@ -166,3 +166,129 @@ async fn set_and_release(c: &Fred, key: &str, value: &str) -> Result<(), String>
         .map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// The floor of a handoff, with two raw clients of the same library: A
+/// holds, B waits the way a lock client would (Redis: subscribed to a
+/// channel; etcd: a watch on A's key; ZooKeeper: an exists-watch on A's
+/// node); A releases (Redis: the compare-and-delete plus a `PUBLISH`; etcd
+/// and ZooKeeper: a delete), B is told and takes it (`SET NX PX`, a put, a
+/// create). Measured from A's release call to B's grant. Redlock: `None`.
+pub(crate) async fn handoff(
+    floor: &Floor,
+    other: &Floor,
+    sub_url: Option<&str>,
+    n: usize,
+) -> Result<Option<crate::stats::Lat>, String> {
+    use std::time::Instant;
+    let mut lat = crate::stats::Lat::default();
+    let key = format!("bench-handoff-{:x}", rand::random::<u32>());
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    match (floor, other) {
+        (Floor::Redis(a), Floor::Redis(b)) => {
+            use fred::prelude::{EventInterface, PubsubInterface};
+            let url = sub_url.ok_or("the handoff floor needs the Redis URL")?;
+            let config = FredConfig::from_url(url).map_err(|e| err(&e))?;
+            let sub = Builder::from_config(config)
+                .build_subscriber_client()
+                .map_err(|e| err(&e))?;
+            sub.init().await.map_err(|e| err(&e))?;
+            let channel = format!("{key}:released");
+            let mut rx = sub.message_rx();
+            sub.subscribe(channel.as_str()).await.map_err(|e| err(&e))?;
+            let publish_release = "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); redis.call('publish', ARGV[2], '1'); return 1 else return 0 end"; redis.call('publish', ARGV[2], '1'); return 1 else return 0 end"
+            );
+            for i in 0..n + 5 {
+                a.set::<(), _, _>(
+                    &key,
+                    "a",
+                    Some(Expiration::PX(30_000)),
+                    Some(SetOptions::NX),
+                    false,
+                )
+                .await
+                .map_err(|e| err(&e))?;
+                let t = Instant::now();
+                a.eval::<i64, _, _, _>(
+                    publish_release.as_str(),
+                    vec![key.as_str()],
+                    vec!["a", channel.as_str()],
+                )
+                .await
+                .map_err(|e| err(&e))?;
+                rx.recv().await.map_err(|e| err(&e))?;
+                let got: Option<String> = b
+                    .set(
+                        &key,
+                        "b",
+                        Some(Expiration::PX(30_000)),
+                        Some(SetOptions::NX),
+                        false,
+                    )
+                    .await
+                    .map_err(|e| err(&e))?;
+                let d = t.elapsed();
+                if got.is_none() {
+                    return Err("the handoff floor's SET NX failed".into());
+                }
+                b.eval::<i64, _, _, _>(RELEASE, vec![key.as_str()], vec!["b"])
+                    .await
+                    .map_err(|e| err(&e))?;
+                if i >= 5 {
+                    lat.record(d);
+                }
+            }
+            let _ = sub.quit().await;
+            Ok(Some(lat))
+        }
+        (Floor::Etcd(a), Floor::Etcd(b)) => {
+            let (mut a, mut b) = ((**a).clone(), (**b).clone());
+            for i in 0..n + 5 {
+                a.put(key.as_str(), "a", None).await.map_err(|e| err(&e))?;
+                let mut stream = b.watch(key.as_str(), None).await.map_err(|e| err(&e))?;
+                // The watch is in place once etcd says it was created.
+                stream.message().await.map_err(|e| err(&e))?;
+                let t = Instant::now();
+                a.delete(key.as_str(), None).await.map_err(|e| err(&e))?;
+                loop {
+                    let m = stream
+                        .message()
+                        .await
+                        .map_err(|e| err(&e))?
+                        .ok_or("the watch ended")?;
+                    if m.events()
+                        .iter()
+                        .any(|e| e.event_type() == etcd_client::EventType::Delete)
+                    {
+                        break;
+                    }
+                }
+                b.put(key.as_str(), "b", None).await.map_err(|e| err(&e))?;
+                let d = t.elapsed();
+                b.delete(key.as_str(), None).await.map_err(|e| err(&e))?;
+                if i >= 5 {
+                    lat.record(d);
+                }
+            }
+            Ok(Some(lat))
+        }
+        (Floor::Zk(a), Floor::Zk(b)) => {
+            let path = format!("{ZK_DIR}/{key}");
+            let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+            for i in 0..n + 5 {
+                a.create(&path, b"a", &mode).await.map_err(|e| err(&e))?;
+                let (_, watcher) = b.check_and_watch_stat(&path).await.map_err(|e| err(&e))?;
+                let t = Instant::now();
+                a.delete(&path, None).await.map_err(|e| err(&e))?;
+                watcher.changed().await;
+                b.create(&path, b"b", &mode).await.map_err(|e| err(&e))?;
+                let d = t.elapsed();
+                b.delete(&path, None).await.map_err(|e| err(&e))?;
+                if i >= 5 {
+                    lat.record(d);
+                }
+            }
+            Ok(Some(lat))
+        }
+        _ => Ok(None),
+    }
+}

@@ -71,6 +71,8 @@ pub(crate) struct BackendResults {
     pub(crate) name: &'static str,
     pub(crate) uncontended: Uncontended,
     pub(crate) round_trip: Lat,
+    /// Raw clients' handoff (release → told → take), where there is one.
+    pub(crate) handoff_floor: Option<Lat>,
     pub(crate) hot: HotKey,
     pub(crate) many: ManyKeys,
     pub(crate) waiters: Vec<HotKey>,
@@ -161,21 +163,29 @@ async fn run(args: &[String]) -> Result<(), String> {
             name: "redis",
             url: redis.addresses[0].clone(),
             floor: Floor::redis(&redis.addresses[0]).await?,
+            other: Floor::redis(&redis.addresses[0]).await?,
+            redis_url: Some(redis.addresses[0].clone()),
         },
         Backend {
             name: "redlock",
             url: format!("redlock://{}", join(&nodes.addresses)),
             floor: Floor::redlock(&nodes.addresses).await?,
+            other: Floor::redlock(&nodes.addresses).await?,
+            redis_url: None,
         },
         Backend {
             name: "etcd",
             url: format!("etcd://{}", join(&etcd.addresses)),
             floor: Floor::etcd(&etcd.addresses).await?,
+            other: Floor::etcd(&etcd.addresses).await?,
+            redis_url: None,
         },
         Backend {
             name: "zk",
             url: format!("zk://{}", zk.addresses[0]),
             floor: Floor::zk(&zk.addresses[0]).await?,
+            other: Floor::zk(&zk.addresses[0]).await?,
+            redis_url: None,
         },
     ];
     let mut results = Vec::new();
@@ -186,6 +196,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         eprintln!("dlock-bench: {} ...", b.name);
         let uncontended = scenarios::uncontended(b, size.iterations).await?;
         let round_trip = scenarios::round_trip(b, size.round_trips).await?;
+        let handoff_floor = scenarios::handoff_floor(b, size.round_trips / 2).await?;
         let hot = scenarios::hot_key(b, HOT_CLIENTS, HOLD, size.hot).await?;
         let many = scenarios::many_keys(b, MANY_TASKS, size.many).await?;
         let mut waiters = Vec::new();
@@ -204,6 +215,7 @@ async fn run(args: &[String]) -> Result<(), String> {
             name: b.name,
             uncontended,
             round_trip,
+            handoff_floor,
             hot,
             many,
             waiters,

@@ -18,6 +18,11 @@ pub(crate) struct Backend {
     pub(crate) url: String,
     /// The raw client library's floor.
     pub(crate) floor: Floor,
+    /// A second raw client (the other side of a handoff).
+    pub(crate) other: Floor,
+    /// The raw URL of the one Redis server (for the handoff floor's
+    /// subscriber), if that is the backend.
+    pub(crate) redis_url: Option<String>,
 }
 
 impl Backend {
@@ -70,7 +75,12 @@ pub(crate) async fn uncontended(b: &Backend, iterations: usize) -> Result<Uncont
     Ok(Uncontended { ours, floor })
 }
 
-/// The floor of a handoff: one trivial round trip.
+/// The floor of a handoff with raw clients (see [`crate::floor::handoff`]).
+pub(crate) async fn handoff_floor(b: &Backend, iterations: usize) -> Result<Option<Lat>, String> {
+    crate::floor::handoff(&b.floor, &b.other, b.redis_url.as_deref(), iterations).await
+}
+
+/// One trivial round trip.
 pub(crate) async fn round_trip(b: &Backend, iterations: usize) -> Result<Lat, String> {
     let mut lat = Lat::default();
     for i in 0..iterations + 10 {
