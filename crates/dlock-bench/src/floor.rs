@@ -196,7 +196,6 @@ pub(crate) async fn handoff(
             let mut rx = sub.message_rx();
             sub.subscribe(channel.as_str()).await.map_err(|e| err(&e))?;
             let publish_release = "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); redis.call('publish', ARGV[2], '1'); return 1 else return 0 end";
-            );
             for i in 0..n + 5 {
                 a.set::<(), _, _>(
                     &key,
