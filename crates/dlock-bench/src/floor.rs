@@ -207,13 +207,9 @@ pub(crate) async fn handoff(
                 .await
                 .map_err(|e| err(&e))?;
                 let t = Instant::now();
-                a.eval::<i64, _, _, _>(
-                    publish_release.as_str(),
-                    vec![key.as_str()],
-                    vec!["a", channel.as_str()],
-                )
-                .await
-                .map_err(|e| err(&e))?;
+                a.eval::<i64, _, _, _>(publish_release, vec![key.as_str()], vec!["a", channel.as_str()])
+                    .await
+                    .map_err(|e| err(&e))?;
                 rx.recv().await.map_err(|e| err(&e))?;
                 let got: Option<String> = b
                     .set(
