@@ -75,17 +75,32 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// `SET NX PX` alone, for Redlock, which gives no fencing token.
 ///
-/// `KEYS[1]` lock key; `ARGV[1]` value, `ARGV[2]` TTL in ms. Returns
+/// `KEYS[1]` lock key, `KEYS[2]` waiter queue, `KEYS[3]` last-seen times;
+/// `ARGV[1]` value, `ARGV[2]` TTL in ms, `ARGV[3]` waiter id (empty: not
+/// waiting), `ARGV[4]` the queue's lifetime in ms (as [`ACQUIRE`]). Returns
 /// `{1, 0}` when granted, `{0, pttl, holder's value}` when held (the value
 /// tells a real holder from a split vote across nodes); `WRONGTYPE` as
 /// [`ACQUIRE`].
 pub const ACQUIRE_UNFENCED: &str = r#"
+local waiter = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if waiter and waiter ~= '' then
+    redis.call('ZREM', KEYS[2], waiter)
+    redis.call('ZREM', KEYS[3], waiter)
+  end
   return {1, 0}
 end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
+end
+if waiter and waiter ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[2], 'NX', now, waiter)
+  redis.call('ZADD', KEYS[3], now, waiter)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;

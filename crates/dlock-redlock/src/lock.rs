@@ -31,6 +31,12 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// rounds end in split votes.
 const SPLIT_VOTE_ROUNDS: usize = 5;
 
+/// A waiter not seen (no attempt) for this long counts as gone: releases
+/// stop naming it (at least this, and several retry delays).
+fn waiter_gone(retry_jitter: Duration) -> u64 {
+    millis(retry_jitter * 4).max(1000)
+}
+
 /// Redlock over N independent Redis nodes. Cheap to clone.
 ///
 /// Each node has its own command connection and subscriber connection; a
@@ -61,6 +67,7 @@ struct Scripts {
     acquire: Script,
     release: Script,
     extend: Script,
+    leave: Script,
 }
 
 impl Drop for Inner {
@@ -183,6 +190,7 @@ impl Redlock {
                     acquire: Script::from_lua(scripts::ACQUIRE_UNFENCED),
                     release: Script::from_lua(scripts::RELEASE),
                     extend: Script::from_lua(scripts::EXTEND),
+                    leave: Script::from_lua(scripts::LEAVE),
                 },
                 host: host_name(),
                 abandoned: AtomicBool::new(false),
@@ -263,6 +271,11 @@ impl Redlock {
                 match key {
                     Ok(key) => keys.extend(
                         key.as_str()
+                            .filter(|k| {
+                                ![scripts::QUEUE_SUFFIX, scripts::SEEN_SUFFIX]
+                                    .iter()
+                                    .any(|s| k.ends_with(s))
+                            })
                             .and_then(|k| k.strip_prefix(&self.inner.config.key_prefix))
                             .map(str::to_owned),
                     ),
@@ -313,7 +326,7 @@ impl Redlock {
     /// quorum said yes with validity left (decided as soon as a quorum said
     /// yes: the slower nodes are not waited for). Anything less is released
     /// on every node (awaited) before returning.
-    async fn attempt(&self, lock_key: &str, ttl: Duration) -> Result<Attempt> {
+    async fn attempt(&self, lock_key: &str, ttl: Duration, waiter: Option<&str>) -> Result<Attempt> {
         let value = scripts::new_value(&self.inner.host);
         let mut cleanup = ReleaseOnDrop {
             lock: self,
@@ -323,6 +336,11 @@ impl Redlock {
         };
         let sent = Instant::now();
         let ttl_ms = millis(ttl).to_string();
+        let gone_ms = waiter_gone(self.inner.config.retry_jitter).to_string();
+        let (queue, seen) = (
+            scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
+            scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
+        );
         let granted_here = |reply: &Vec<Value>| reply.first().and_then(Value::as_i64) == Some(1);
         let replies = fan_out_until(
             self.inner.nodes.len(),
@@ -333,8 +351,13 @@ impl Redlock {
                     .acquire
                     .evalsha_with_reload::<Vec<Value>, _, _>(
                         &self.inner.nodes[i].client,
-                        vec![lock_key],
-                        vec![value.as_str(), ttl_ms.as_str()],
+                        vec![lock_key, queue.as_str(), seen.as_str()],
+                        vec![
+                            value.as_str(),
+                            ttl_ms.as_str(),
+                            waiter.unwrap_or_default(),
+                            gone_ms.as_str(),
+                        ],
                     )
             },
             granted_here,
@@ -416,10 +439,42 @@ impl Redlock {
         )
     }
 
+    /// Takes a waiter out of the key's queue on every node, in the
+    /// background (it gave up).
+    fn leave_in_background(&self, lock_key: &str, waiter: String) {
+        if self.is_abandoned() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let lock = self.clone();
+            let keys = vec![
+                scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
+                scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
+            ];
+            drop(rt.spawn(async move {
+                let leave = lock.inner.nodes.iter().map(|n| {
+                    lock.inner.scripts.leave.evalsha_with_reload::<i64, _, _>(
+                        &n.client,
+                        keys.clone(),
+                        vec![waiter.clone()],
+                    )
+                });
+                let _ = join_all(leave).await;
+            }));
+        }
+    }
+
     /// The release script on every node at once.
     pub(crate) async fn release_everywhere(&self, lock_key: &str, value: &str) -> Tally {
         let channel = scripts::channel(lock_key);
         let channel = channel.as_str();
+        let gone_ms = waiter_gone(self.inner.config.retry_jitter).to_string();
+        let gone_ms = gone_ms.as_str();
+        let (queue, seen) = (
+            scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
+            scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
+        );
+        let (queue, seen) = (queue.as_str(), seen.as_str());
         let replies = fan_out(
             self.inner.nodes.len(),
             self.inner.config.node_timeout,
@@ -428,7 +483,11 @@ impl Redlock {
                     .inner
                     .scripts
                     .release
-                    .evalsha_with_reload(&self.inner.nodes[i].client, vec![lock_key], vec![value, channel])
+                    .evalsha_with_reload(
+                        &self.inner.nodes[i].client,
+                        vec![lock_key, queue, seen],
+                        vec![value, channel, gone_ms],
+                    )
                     .await?;
                 Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
             },
@@ -571,7 +630,7 @@ impl Lock for Redlock {
                 opts,
             )
         };
-        let mut last = match self.attempt(&lock_key, ttl).await? {
+        let mut last = match self.attempt(&lock_key, ttl, None).await? {
             Attempt::Granted { value, sent } => return Ok(grant(value, sent)),
             other => other,
         };
@@ -584,7 +643,7 @@ impl Lock for Redlock {
                 }
                 let jitter = self.inner.config.retry_jitter;
                 tokio::time::sleep(jitter.mul_f64(rand::random::<f64>())).await;
-                last = match self.attempt(&lock_key, ttl).await? {
+                last = match self.attempt(&lock_key, ttl, None).await? {
                     Attempt::Granted { value, sent } => return Ok(grant(value, sent)),
                     other => other,
                 };
@@ -592,7 +651,26 @@ impl Lock for Redlock {
             return Err(failed(last));
         }
         let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
+        // Queued on every node from the next attempt on (a release names
+        // its node's first live waiter); out of the queues again on a grant
+        // (by the script) or when this call ends otherwise (here).
+        let mut queued = LeaveOnDrop {
+            lock: self,
+            lock_key: &lock_key,
+            waiter: &waiting.id,
+            armed: true,
+        };
         loop {
+            let notified = waiting.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            last = match self.attempt(&lock_key, ttl, Some(&waiting.id)).await? {
+                Attempt::Granted { value, sent } => {
+                    queued.armed = false;
+                    return Ok(grant(value, sent));
+                }
+                other => other,
+            };
             let jitter = self.inner.config.retry_jitter;
             let mut delay = jitter / 2 + jitter.mul_f64(rand::random::<f64>() / 2.0);
             if let Attempt::Contended { pttl: Some(p), .. } = &last {
@@ -605,17 +683,28 @@ impl Lock for Redlock {
                 }
                 wake = wake.min(d);
             }
-            let notified = waiting.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
-            last = match self.attempt(&lock_key, ttl).await? {
-                Attempt::Granted { value, sent } => return Ok(grant(value, sent)),
-                other => other,
-            };
+        }
+    }
+}
+
+/// Takes a waiter that gave up out of the key's queues, so releases do not
+/// name it.
+struct LeaveOnDrop<'a> {
+    lock: &'a Redlock,
+    lock_key: &'a str,
+    waiter: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lock
+                .leave_in_background(self.lock_key, self.waiter.to_owned());
         }
     }
 }

@@ -318,3 +318,98 @@ async fn a_grant_whose_validity_is_used_up_is_refused_and_released() {
         "the used-up grant was not released everywhere"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_names_the_first_queued_waiter_on_every_node() {
+    use dlock_redis_protocol::scripts;
+    use fred::prelude::{Builder, ClientLike, Config, EventInterface, LuaInterface, PubsubInterface};
+    let nodes = Nodes::start().await;
+    let holder = Redlock::connect(nodes.config()).await.unwrap();
+    let k = key("queue");
+    let lock_key = holder.redis_key(&k);
+    let queue_key = scripts::companion_key(&lock_key, scripts::QUEUE_SUFFIX);
+    let mut raws = Vec::new();
+    for a in nodes.servers.addrs() {
+        let raw = Builder::from_config(Config::from_url(&format!("redis://{a}")).unwrap())
+            .build()
+            .unwrap();
+        raw.init().await.unwrap();
+        raws.push(raw);
+    }
+    let queues = async |raws: &[fred::prelude::Client]| {
+        let mut all = Vec::new();
+        for raw in raws {
+            let q: Vec<String> = raw
+                .eval(
+                    "return redis.call('ZRANGE', KEYS[1], 0, -1)",
+                    vec![queue_key.as_str()],
+                    Vec::<String>::new(),
+                )
+                .await
+                .unwrap();
+            all.push(q);
+        }
+        all
+    };
+    let observer =
+        Builder::from_config(Config::from_url(&format!("redis://{}", nodes.servers.addrs()[0])).unwrap())
+            .build_subscriber_client()
+            .unwrap();
+    observer.init().await.unwrap();
+    let mut notices = observer.message_rx();
+    observer.subscribe(scripts::channel(&lock_key)).await.unwrap();
+
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        let w = Redlock::connect(nodes.config()).await.unwrap();
+        let k2 = k.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = w
+                .acquire(&k2, AcquireOptions::default().wait(Wait::For(LIMIT)))
+                .await;
+            (w, g)
+        }));
+        let deadline = Instant::now() + LIMIT;
+        while !queues(&raws).await.iter().all(|q| q.len() == i + 1) {
+            assert!(
+                Instant::now() < deadline,
+                "the waiter did not queue on every node"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let order = queues(&raws).await;
+    assert!(
+        order.iter().all(|q| *q == order[0]),
+        "the nodes queued differently: {order:?}"
+    );
+    g.release().await.unwrap();
+    let notice = tokio::time::timeout(LIMIT, notices.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        notice.value.as_string().unwrap(),
+        order[0][0],
+        "the notice did not name the first waiter"
+    );
+    // Both waiters get the lock in turn; each grant takes the waiter out of
+    // every node's queue.
+    let mut rest = tasks;
+    while !rest.is_empty() {
+        let (done, _, others) = futures::future::select_all(rest).await;
+        rest = others;
+        let (_w, g) = done.unwrap();
+        g.expect("a waiter's grant").release().await.unwrap();
+    }
+    let deadline = Instant::now() + LIMIT;
+    while !queues(&raws).await.iter().all(Vec::is_empty) {
+        assert!(
+            Instant::now() < deadline,
+            "queues not empty: {:?}",
+            queues(&raws).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
