@@ -49,7 +49,9 @@
 //!   the monotonic clock from the first send.
 //! - Otherwise the value is released on every node at once (the silent ones
 //!   too), and the next round waits for a release notice from any node or a
-//!   random delay (`retry_jitter`).
+//!   random delay (`retry_jitter`). A waiter queues itself on every node
+//!   (beside the key, as `dlock-redis` does) and a release names the first
+//!   live waiter of its node, so one waiter retries per release, not all.
 //! - Extend needs a quorum too; a failed extend fires `lost()` and does not
 //!   release the other nodes' keys. Release is compare-value on every node.
 //! - No quorum is [`Error::Unavailable`](dlock_core::Error::Unavailable)
