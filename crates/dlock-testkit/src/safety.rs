@@ -217,8 +217,12 @@ pub struct SafetyReport {
     pub longest_overlap: Duration,
     /// The faults injected and healed: (time since start, what).
     pub faults: Vec<(Duration, String)>,
-    /// The longest time from a heal to the next grant.
+    /// The longest time from a heal to the next grant (among heals that
+    /// were followed by one).
     pub longest_gap_after_heal: Duration,
+    /// Heals no grant followed before the run ended (the last heal of a
+    /// run often is one; more would mean the backend did not recover).
+    pub heals_without_grant: usize,
     /// What the backend still held for the run's key after the drain, if
     /// measured ([`residue`]).
     pub residue: Option<Residue>,
@@ -308,6 +312,13 @@ impl fmt::Display for SafetyReport {
             self.faults.len() / 2,
             self.longest_gap_after_heal
         )?;
+        if self.heals_without_grant > 0 {
+            write!(
+                f,
+                "; {} heal(s) with no grant after them before the run ended",
+                self.heals_without_grant
+            )?;
+        }
         match &self.residue {
             Some(r) => write!(f, "; {r}"),
             None => write!(f, "; residue not measured"),
@@ -534,16 +545,12 @@ fn finish(
         .filter(|e| matches!(e.op, Op::AcquireOk(_)))
         .map(|e| e.at)
         .collect();
-    let longest_gap_after_heal = heals
+    let gaps: Vec<Option<Duration>> = heals
         .iter()
-        .map(|&h| {
-            grants_at
-                .iter()
-                .find(|&&g| g >= h)
-                .map_or(Duration::MAX, |&g| g - h)
-        })
-        .max()
-        .unwrap_or_default();
+        .map(|&h| grants_at.iter().find(|&&g| g >= h).map(|&g| g - h))
+        .collect();
+    let longest_gap_after_heal = gaps.iter().flatten().max().copied().unwrap_or_default();
+    let heals_without_grant = gaps.iter().filter(|g| g.is_none()).count();
     let report = history.check(true, fence);
     let longest_overlap = report
         .overlaps
@@ -567,6 +574,7 @@ fn finish(
         longest_overlap,
         faults: fault_log,
         longest_gap_after_heal,
+        heals_without_grant,
         residue: None,
     }
 }
