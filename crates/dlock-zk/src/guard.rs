@@ -83,9 +83,11 @@ impl ZkGuard {
             tokio::spawn(async move {
                 let Some(deadline) = deadline else {
                     // Held as long as the session lives and nobody deletes the node.
+                    // (Boxed, so the idle guard task itself stays small.)
+                    let deleted = Box::pin(node_deleted(&session, &path));
                     tokio::select! {
                         () = session_lost.wait() => {}
-                        () = node_deleted(&session, &path) => {}
+                        () = deleted => {}
                     }
                     trigger.fire();
                     return;
