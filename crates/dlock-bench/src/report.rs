@@ -326,8 +326,9 @@ fn bars(
     let max = series
         .iter()
         .flat_map(|(_, _, v)| v.iter().copied())
-        .fold(1.0f64, f64::max)
-        * 1.25;
+        .fold(1.0f64, f64::max);
+    // Headroom: the group names sit above the tallest bar, the legend above them.
+    let (names_at, max) = (max * 1.12, max * 1.6);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(12)
@@ -346,28 +347,38 @@ fn bars(
     for (s, (name, color, values)) in series.iter().enumerate() {
         let color = *color;
         chart
-            .draw_series(values.iter().enumerate().map(|(g, &v)| {
-                let x0 = g as f64 + 0.1 + s as f64 * width;
-                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v)], color.filled())
-            }))
+            .draw_series(
+                values
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(g, &v)| {
+                        let x0 = g as f64 + 0.1 + s as f64 * width;
+                        Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v)], color.filled())
+                    }),
+            )
             .map_err(|e| e.to_string())?
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
         chart
-            .draw_series(values.iter().enumerate().map(|(g, &v)| {
-                let x0 = g as f64 + 0.1 + s as f64 * width;
-                Text::new(format!("{v:.0}"), (x0, v + max * 0.02), ("sans-serif", 11))
-            }))
+            .draw_series(
+                values
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(g, &v)| {
+                        let x0 = g as f64 + 0.1 + s as f64 * width;
+                        Text::new(format!("{v:.0}"), (x0, v + max * 0.02), ("sans-serif", 11))
+                    }),
+            )
             .map_err(|e| e.to_string())?;
     }
     chart
-        .draw_series(groups.iter().enumerate().map(|(g, name)| {
-            Text::new(
-                name.to_string(),
-                (g as f64 + 0.35, max * 0.95),
-                ("sans-serif", 15),
-            )
-        }))
+        .draw_series(
+            groups.iter().enumerate().map(|(g, name)| {
+                Text::new(name.to_string(), (g as f64 + 0.35, names_at), ("sans-serif", 15))
+            }),
+        )
         .map_err(|e| e.to_string())?;
     chart
         .configure_series_labels()
