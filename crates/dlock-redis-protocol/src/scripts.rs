@@ -19,16 +19,27 @@
 //!
 //! # Fencing
 //!
-//! The token is an `INCR` of the fence counter in the same script as the
-//! `SET NX`, so grants and tokens are ordered together. An absent counter is
-//! seeded from the server's `TIME` in microseconds, so tokens keep increasing
-//! across a restart of a Redis that keeps nothing on disk (and across the
-//! counter's own expiry, 24 h after the last grant). They could go backwards
-//! only if the counter is lost *and* the server's clock is set back past the
-//! last token (or a key is granted more than a million times a second).
+//! The token is computed in the same script as the `SET NX`, so grants and
+//! tokens are ordered together: `max(counter + 1, server TIME in µs)`,
+//! stored back as the new counter (a hybrid logical clock). The clock term
+//! is what keeps tokens increasing when the counter is stale or gone: a
+//! restart without persistence, a restart from an RDB snapshot or an
+//! `appendfsync everysec` AOF that missed the last grants, a failover to an
+//! asynchronous replica that had not received them, the counter's own
+//! expiry (24 h after the last grant).
+//!
+//! What is then assumed, precisely: the server that grants after such an
+//! event has a clock that is not behind the last grant's server clock by
+//! more than the time that passed between the two grants (for a failover:
+//! the new master's clock is not behind the old one's by more than the
+//! failover took; for a restart: the host's clock was not set back). Lua
+//! numbers are doubles and hold microseconds since 1970 exactly (below
+//! 2^53 until the year 2255). A key granted more than a million times a
+//! second runs ahead of the clock by the excess, which is harmless: the
+//! counter term still increases.
 
-/// `SET NX PX` and, only if that succeeded, the fence `INCR` (an absent
-/// counter, `INCR` = 1, is seeded from the clock first). The key's type is
+/// `SET NX PX` and, only if that succeeded, the fencing token
+/// `max(counter + 1, TIME in µs)` (see the module docs), stored back. The key's type is
 /// looked at only when the `SET NX` failed: the common path is the fewest
 /// commands the server can run for a fenced grant.
 ///
@@ -45,13 +56,10 @@
 pub const ACQUIRE: &str = r#"
 local waiter = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.call('INCR', KEYS[2])
-  if token == 1 then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-    token = redis.call('INCR', KEYS[2])
-  end
-  redis.call('PEXPIRE', KEYS[2], 86400000)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now)
+  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', 86400000)
   if waiter and waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('ZREM', KEYS[4], waiter)

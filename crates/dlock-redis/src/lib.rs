@@ -28,8 +28,8 @@
 //! the `dlock-redis-protocol` crate): the key layout and the Lua scripts.
 //!
 //! - **acquire** = one script: `SET key value NX PX ttl` and, only if that
-//!   succeeded, `INCR` of the key's fence counter (seeded from the server's
-//!   `TIME` in microseconds when absent). The token comes back with the grant.
+//!   succeeded, the token `max(counter + 1, server TIME in µs)`, stored back
+//!   as the key's fence counter. The token comes back with the grant.
 //! - **release / extend** = compare-value scripts with three outcomes: done,
 //!   already expired ([`Error::Lost`](dlock_core::Error::Lost)), held by
 //!   someone else ([`Error::NotHeld`](dlock_core::Error::NotHeld)). Extend never
@@ -51,10 +51,13 @@
 //!
 //! - [`Capabilities`](dlock_core::Capabilities): strict fencing, not FIFO,
 //!   notified waiting.
-//! - Fencing tokens increase across a restart of a Redis without persistence
-//!   (the counter is re-seeded from the clock). They could go backwards only
-//!   if the counter is lost *and* the server's clock went back past the last
-//!   token.
+//! - Fencing tokens increase across a restart without persistence, a
+//!   restart from a snapshot older than the last grant, and a failover to a
+//!   replica that missed the last grants (all three tested): the clock term
+//!   of `max(counter + 1, TIME in µs)` outruns a stale or lost counter. What
+//!   this assumes: the server granting after the event has a clock not
+//!   behind the previous grant's server clock by more than the time between
+//!   the two grants (for a failover, by more than the failover took).
 //! - Exclusion holds while the one server holds its data: with replication,
 //!   a failover can lose a lock that was not yet replicated. Where that
 //!   matters, check the token at the resource ([`dlock_core::Fence`]).

@@ -400,3 +400,79 @@ async fn a_release_wakes_the_first_live_waiter_not_all() {
     .await;
     g.release().await.unwrap();
 }
+
+/// `WAIT`s until every write `master` took so far reached `replicas`
+/// replicas, within [`LIMIT`].
+async fn replicated(master: SocketAddr, replicas: usize) {
+    let want = format!(":{replicas}");
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        // `WAIT` counts the replicas that acknowledged every write so far.
+        if command(master, &["WAIT", &replicas.to_string(), "500"]).await.ok().as_deref() == Some(want.as_str()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{master} not replicated within {LIMIT:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_across_a_failover_to_a_replica_that_missed_the_last_grant() {
+    use dlock_testkit::launcher::{Fault, FaultProxy};
+    let servers = Redis::start_many(2).await.unwrap();
+    let (master, replica) = (servers.addrs()[0], servers.addrs()[1]);
+    // The replica reaches its master through a proxy, so the link can be cut.
+    let link = FaultProxy::start(master).await.unwrap();
+    let port = link.addr().port().to_string();
+    assert_eq!(command(replica, &["REPLICAOF", "127.0.0.1", &port]).await.unwrap(), "+OK");
+    let connect_to = |addr: SocketAddr| {
+        RedisLock::connect(RedisConfig::from_url(format!("redis://{addr}")).key_prefix("dlock:"))
+    };
+    let old = connect_to(master).await.unwrap();
+    let k = key("failover");
+    let g = old.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t1 = g.token().unwrap();
+    g.release().await.unwrap();
+    replicated(master, 1).await;
+    // The replica now has the counter at t1; the next grant does not reach it
+    // (asynchronous replication: the master acknowledges before the replica has it).
+    link.set(Fault::Blackhole);
+    let g = old.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t2 = g.token().unwrap();
+    assert!(t2 > t1);
+    g.release().await.unwrap();
+    // The master is gone; the replica is promoted.
+    drop(old);
+    assert_eq!(command(replica, &["REPLICAOF", "NO", "ONE"]).await.unwrap(), "+OK");
+    let new = connect_to(replica).await.unwrap();
+    let g = new.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t3 = g.token().unwrap();
+    assert!(
+        t3 > t2,
+        "token {t3} granted after the failover is not above {t2}, granted before it: a FenceGate admits both"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_across_a_restart_from_a_snapshot_older_than_the_last_grant() {
+    let mut server = Redis::start().await.unwrap();
+    let lock = connect(&server, "dlock:").await;
+    let k = key("snapshot");
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t1 = g.token().unwrap();
+    g.release().await.unwrap();
+    // The snapshot has the counter at t1 (as an RDB point or an everysec AOF would).
+    assert_eq!(command(addr(&server), &["SAVE"]).await.unwrap(), "+OK");
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let t2 = g.token().unwrap();
+    assert!(t2 > t1);
+    g.release().await.unwrap();
+    server.members()[0].kill().unwrap();
+    server.members()[0].restart().await.unwrap();
+    // The counter came back from the snapshot, stale.
+    assert_ne!(command(addr(&server), &["DBSIZE"]).await.unwrap(), ":0");
+    let g = acquire_when_reachable(&lock, &k).await;
+    let t3 = g.token().unwrap();
+    assert!(t3 > t2, "token {t3} after a restart from a snapshot is not above {t2}, granted before it");
+    g.release().await.unwrap();
+}
