@@ -43,6 +43,7 @@
 
 mod any;
 mod capabilities;
+pub mod driver;
 mod error;
 mod fence;
 mod key;

@@ -93,7 +93,7 @@ impl Default for AcquireOptions {
 /// still trust a grant: `ttl * 0.01 + 2 ms`, the clock-drift allowance of the
 /// Redlock paper, used by every driver for its local deadline.
 pub fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+    crate::driver::Drift::DEFAULT.of(ttl)
 }
 
 #[cfg(test)]

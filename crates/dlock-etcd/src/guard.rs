@@ -241,9 +241,9 @@ impl Drop for EtcdGuard {
             .unwrap_or_else(PoisonError::into_inner)
             .abort();
         if !self.released {
-            let lease = self.lease();
+            let session = self.session();
             self.lock
-                .resign_in_background(std::mem::take(&mut self.my_key), Some(self.my_rev), lease);
+                .resign_in_background(std::mem::take(&mut self.my_key), Some(self.my_rev), &session);
         }
     }
 }

@@ -9,14 +9,10 @@ use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
 use crate::guard::EtcdGuard;
-use crate::recipe::{self, Resigned, bounded};
+use crate::recipe::{self, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 
 pub(crate) const BACKEND: &str = "etcd";
-
-/// How often a background delete of a contender key is tried (about a
-/// minute in all, with backoff).
-const RESIGN_ATTEMPTS: usize = 35;
 
 /// Maps an etcd client error into dlock's [`Error`].
 pub(crate) fn map_err(e: etcd_client::Error) -> Error {
@@ -299,36 +295,34 @@ impl EtcdLock {
         format!("{} {} {since}", self.inner.host, std::process::id())
     }
 
-    /// Deletes a contender key in the background (for drops and failed
-    /// releases), retrying for a while: a key left behind would block the
-    /// lock until its lease ends.
-    pub(crate) fn resign_in_background(&self, my_key: String, my_rev: Option<i64>, lease: i64) {
+    /// Deletes a contender key in the background (for drops, failed
+    /// releases and failed clean-ups of timed-out waits), retrying until it
+    /// is gone or its lease is: a key left behind on a lease kept alive
+    /// would block the lock for good.
+    pub(crate) fn resign_in_background(&self, my_key: String, my_rev: Option<i64>, session: &Arc<Session>) {
         if self.is_abandoned() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let lock = self.clone();
-            drop(rt.spawn(async move {
-                let (client, timeout) = (&lock.inner.client, lock.inner.config.request_timeout);
-                let mut pause = Duration::from_millis(50);
-                for _ in 0..RESIGN_ATTEMPTS {
-                    if lock.is_abandoned() {
-                        return;
-                    }
-                    let done = match my_rev {
-                        Some(rev) => recipe::resign(client, &my_key, rev, timeout).await.is_ok(),
+        let (lock, gone_lock) = (self.clone(), self.clone());
+        let (lease, weak) = (session.lease, Arc::downgrade(session));
+        dlock_core::driver::clean_up_in_background(
+            format!("etcd: delete {my_key}"),
+            None,
+            // A dropped session revokes its lease, which deletes the key.
+            move || gone_lock.is_abandoned() || weak.upgrade().is_none_or(|s| !s.is_alive()),
+            move || {
+                let (lock, my_key) = (lock.clone(), my_key.clone());
+                async move {
+                    let (client, timeout) = (&lock.inner.client, lock.inner.config.request_timeout);
+                    match my_rev {
+                        Some(rev) => recipe::resign(client, &my_key, rev, timeout).await.map(drop),
                         None => recipe::resign_by_lease(client, &my_key, lease, timeout)
                             .await
-                            .is_ok(),
-                    };
-                    if done {
-                        return;
+                            .map(drop),
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
-            }));
-        }
+            },
+        );
     }
 }
 
@@ -337,7 +331,7 @@ struct ResignOnDrop<'a> {
     lock: &'a EtcdLock,
     my_key: &'a str,
     my_rev: Option<i64>,
-    lease: i64,
+    session: &'a Arc<Session>,
     armed: bool,
 }
 
@@ -345,7 +339,7 @@ impl Drop for ResignOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.lock
-                .resign_in_background(self.my_key.to_owned(), self.my_rev, self.lease);
+                .resign_in_background(self.my_key.to_owned(), self.my_rev, self.session);
         }
     }
 }
@@ -400,37 +394,23 @@ impl Lock for EtcdLock {
             lock: self,
             my_key: &my_key,
             my_rev: None,
-            lease,
+            session: &session,
             armed: true,
         };
         let (my_rev, first) = recipe::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
         cleanup.my_rev = Some(my_rev);
-        let out_of_time = || async {
-            cleanup_now(client, &my_key, my_rev, timeout).await;
-            Err(Error::Timeout {
-                key: key.as_str().to_owned(),
-            })
-        };
         if !first {
             let survived = match opts.wait {
-                Wait::No => {
-                    let r = out_of_time().await;
-                    cleanup.armed = false;
-                    return r;
-                }
+                Wait::No => return Err(timed_out(&mut cleanup, key).await),
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
-                        (started + d).into(),
+                        dlock_core::driver::saturating_add(started, d).into(),
                         recipe::wait_for_predecessors(client, &pfx, &my_key, my_rev, timeout),
                     )
                     .await;
                     match waited {
                         Ok(r) => r?,
-                        Err(_) => {
-                            let r = out_of_time().await;
-                            cleanup.armed = false;
-                            return r;
-                        }
+                        Err(_) => return Err(timed_out(&mut cleanup, key).await),
                     }
                 }
                 Wait::Forever => {
@@ -450,6 +430,18 @@ impl Lock for EtcdLock {
     }
 }
 
-async fn cleanup_now(client: &Client, my_key: &str, my_rev: i64, timeout: Duration) {
-    let _: Result<Resigned> = recipe::resign(client, my_key, my_rev, timeout).await;
+/// Out of time: our key goes at once if it can; if that fails the clean-up
+/// stays armed and retries in the background.
+async fn timed_out(cleanup: &mut ResignOnDrop<'_>, key: &LockKey) -> Error {
+    let (lock, timeout) = (cleanup.lock, cleanup.lock.inner.config.request_timeout);
+    if let Some(rev) = cleanup.my_rev
+        && recipe::resign(&lock.inner.client, cleanup.my_key, rev, timeout)
+            .await
+            .is_ok()
+    {
+        cleanup.armed = false;
+    }
+    Error::Timeout {
+        key: key.as_str().to_owned(),
+    }
 }

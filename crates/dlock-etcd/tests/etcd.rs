@@ -259,3 +259,50 @@ async fn bad_endpoints_fail_cleanly() {
         assert!(matches!(r, Err(Error::InvalidConfig(_))), "{bad}: {r:?}");
     }
 }
+
+/// A waiter that times out while its clean-up delete fails must not leave
+/// its key behind: its lease is kept alive, so nobody could take the lock
+/// again while the process lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
+    use dlock_testkit::launcher::{Fault, FaultProxy};
+    let f = common::EtcdFactory::shared().await;
+    let endpoint = f.config.endpoints[0].trim_start_matches("http://");
+    let proxy = FaultProxy::start(endpoint.parse().unwrap()).await.unwrap();
+    let config = EtcdConfig::new([proxy.addr().to_string()])
+        .timeouts(Duration::from_secs(5), Duration::from_millis(300));
+    let waiter = EtcdLock::connect(config).await.unwrap();
+    let other = f.admin.clone();
+    let k = key(&unique("cleanup"));
+    let ttl = AcquireOptions::default().ttl(Duration::from_secs(20));
+    let g = other.acquire(&k, ttl).await.unwrap();
+    let w = {
+        let (waiter, k) = (waiter.clone(), k.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire(&k, ttl.wait(Wait::For(Duration::from_secs(1))))
+                .await
+        })
+    };
+    until("the waiter to queue", async || {
+        other.contender_keys(k.as_str()).await.unwrap().len() == 2
+    })
+    .await;
+    // The waiter's network goes silent before its wait runs out: its delete fails.
+    proxy.set(Fault::Blackhole);
+    let r = tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    proxy.set(Fault::None);
+    g.release().await.unwrap();
+    // The waiter's lease lives on (its handle is still open).
+    let g = tokio::time::timeout(LIMIT, other.acquire(&k, AcquireOptions::default()))
+        .await
+        .expect("the timed-out waiter's key blocks the lock")
+        .unwrap();
+    g.release().await.unwrap();
+    until("nothing left behind", async || {
+        other.contender_keys(k.as_str()).await.unwrap().is_empty()
+    })
+    .await;
+    drop(waiter);
+}

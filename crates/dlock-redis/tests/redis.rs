@@ -408,10 +408,18 @@ async fn replicated(master: SocketAddr, replicas: usize) {
     let deadline = Instant::now() + LIMIT;
     loop {
         // `WAIT` counts the replicas that acknowledged every write so far.
-        if command(master, &["WAIT", &replicas.to_string(), "500"]).await.ok().as_deref() == Some(want.as_str()) {
+        if command(master, &["WAIT", &replicas.to_string(), "500"])
+            .await
+            .ok()
+            .as_deref()
+            == Some(want.as_str())
+        {
             return;
         }
-        assert!(Instant::now() < deadline, "{master} not replicated within {LIMIT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{master} not replicated within {LIMIT:?}"
+        );
     }
 }
 
@@ -423,7 +431,12 @@ async fn tokens_keep_increasing_across_a_failover_to_a_replica_that_missed_the_l
     // The replica reaches its master through a proxy, so the link can be cut.
     let link = FaultProxy::start(master).await.unwrap();
     let port = link.addr().port().to_string();
-    assert_eq!(command(replica, &["REPLICAOF", "127.0.0.1", &port]).await.unwrap(), "+OK");
+    assert_eq!(
+        command(replica, &["REPLICAOF", "127.0.0.1", &port])
+            .await
+            .unwrap(),
+        "+OK"
+    );
     let connect_to = |addr: SocketAddr| {
         RedisLock::connect(RedisConfig::from_url(format!("redis://{addr}")).key_prefix("dlock:"))
     };
@@ -442,7 +455,10 @@ async fn tokens_keep_increasing_across_a_failover_to_a_replica_that_missed_the_l
     g.release().await.unwrap();
     // The master is gone; the replica is promoted.
     drop(old);
-    assert_eq!(command(replica, &["REPLICAOF", "NO", "ONE"]).await.unwrap(), "+OK");
+    assert_eq!(
+        command(replica, &["REPLICAOF", "NO", "ONE"]).await.unwrap(),
+        "+OK"
+    );
     let new = connect_to(replica).await.unwrap();
     let g = new.acquire(&k, AcquireOptions::default()).await.unwrap();
     let t3 = g.token().unwrap();
@@ -473,6 +489,9 @@ async fn tokens_keep_increasing_across_a_restart_from_a_snapshot_older_than_the_
     assert_ne!(command(addr(&server), &["DBSIZE"]).await.unwrap(), ":0");
     let g = acquire_when_reachable(&lock, &k).await;
     let t3 = g.token().unwrap();
-    assert!(t3 > t2, "token {t3} after a restart from a snapshot is not above {t2}, granted before it");
+    assert!(
+        t3 > t2,
+        "token {t3} after a restart from a snapshot is not above {t2}, granted before it"
+    );
     g.release().await.unwrap();
 }

@@ -16,10 +16,14 @@ use crate::session::Session;
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
 ///
 /// `is_held()` is false while the session is disconnected (SUSPENDED) and
-/// true again if it reconnects in time; `lost()` fires when the session
-/// expires (LOST), when someone else deletes the node, or, without
-/// auto-extend, when the guard's own TTL runs out (it then deletes its node). Dropping the guard deletes its node in
-/// the background.
+/// true again if it reconnects in time; `lost()` fires when the server may
+/// have expired the session (one session timeout, minus drift, after the
+/// send time of the last request it answered: before the server can grant
+/// the lock to anyone else), when the session expires (LOST), when someone
+/// else deletes the node, or, without auto-extend, when the guard's own TTL
+/// runs out. When `lost()` fires and the session lives on, the guard deletes
+/// its node in the background. Dropping the guard deletes its node in the
+/// background.
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct ZkGuard {
     lock: ZkLock,
@@ -81,32 +85,41 @@ impl ZkGuard {
             let (session_lost, trigger, deadline) = (session.lost(), trigger.clone(), deadline.clone());
             let (lock, session, path) = (lock.clone(), Arc::clone(&session), path.clone());
             tokio::spawn(async move {
-                let Some(deadline) = deadline else {
-                    // Held as long as the session lives and nobody deletes the node.
-                    // (Boxed, so the idle guard task itself stays small.)
-                    let deleted = Box::pin(node_deleted(&session, &path));
-                    tokio::select! {
-                        () = session_lost.wait() => {}
-                        () = deleted => {}
-                    }
-                    trigger.fire();
-                    return;
-                };
-                loop {
-                    let at = *deadline.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    tokio::select! {
-                        () = session_lost.wait() => break,
-                        () = deadline.1.notified() => continue,
-                        () = tokio::time::sleep_until(at.into()) => {
-                            if *deadline.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
-                                // The guard's TTL ran out: give the lock up.
-                                lock.delete_in_background(&session, path);
-                                break;
+                // Boxed, so the idle guard task itself stays small.
+                let deleted = Box::pin(node_deleted(&session, &path));
+                let out_of_time = Box::pin(session.out_of_time());
+                let own_ttl = Box::pin(async {
+                    let Some(deadline) = deadline else {
+                        return std::future::pending().await;
+                    };
+                    loop {
+                        let at = *deadline.0.lock().unwrap_or_else(PoisonError::into_inner);
+                        tokio::select! {
+                            () = deadline.1.notified() => {}
+                            () = tokio::time::sleep_until(at.into()) => {
+                                if *deadline.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
+                                    return;
+                                }
                             }
                         }
                     }
-                }
+                });
+                let give_up = tokio::select! {
+                    // Expired: the server deleted the node.
+                    () = session_lost.wait() => false,
+                    // Someone deleted the node.
+                    () = deleted => false,
+                    // The server may have expired the session and granted
+                    // the lock to someone else; if the session survives,
+                    // the node must go.
+                    () = out_of_time => true,
+                    // The guard's own TTL ran out: give the lock up.
+                    () = own_ttl => true,
+                };
                 trigger.fire();
+                if give_up {
+                    lock.delete_in_background(&session, path);
+                }
             })
         };
         ZkGuard {
@@ -184,6 +197,7 @@ impl Guard for ZkGuard {
         let client = self.session.client()?;
         let timeout = self.lock.inner.config.request_timeout;
         let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
+        self.session.answered(sent);
         if exists.is_none_or(|s| s.czxid != self.czxid) {
             self.trigger.fire();
             return Err(lost());

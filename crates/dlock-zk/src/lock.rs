@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
 use zookeeper_client::Acls;
@@ -233,23 +233,48 @@ impl ZkLock {
         format!("{} {} {since}", self.inner.host, std::process::id()).into_bytes()
     }
 
-    /// Deletes a node in the background (drops).
+    /// Deletes a node in the background (drops, failed or timed-out
+    /// clean-ups), retrying until it is gone or the session ended.
     pub(crate) fn delete_in_background(&self, session: &Arc<Session>, path: String) {
         if self.is_abandoned() {
             return;
         }
-        let (Ok(client), Ok(rt)) = (session.client(), tokio::runtime::Handle::try_current()) else {
-            return;
-        };
         let timeout = self.inner.config.request_timeout;
-        drop(rt.spawn(async move {
-            for _ in 0..10 {
-                if recipe::delete(&client, &path, timeout).await.is_ok() {
-                    return;
+        let (lock, session, gone_session) = (self.clone(), Arc::clone(session), Arc::clone(session));
+        dlock_core::driver::clean_up_in_background(
+            format!("zookeeper: delete {path}"),
+            None,
+            move || lock.is_abandoned() || !gone_session.alive(),
+            move || {
+                let (session, path) = (Arc::clone(&session), path.clone());
+                async move { recipe::delete(&session.client()?, &path, timeout).await.map(drop) }
+            },
+        );
+    }
+
+    /// Finds our node by uuid (the create's reply was not seen) and deletes
+    /// it, in the background, retrying as [`delete_in_background`](Self::delete_in_background).
+    fn delete_own_in_background(&self, session: &Arc<Session>, dir: String, uuid: String) {
+        if self.is_abandoned() {
+            return;
+        }
+        let timeout = self.inner.config.request_timeout;
+        let (lock, session, gone_session) = (self.clone(), Arc::clone(session), Arc::clone(session));
+        dlock_core::driver::clean_up_in_background(
+            format!("zookeeper: delete the node of {uuid} under {dir}"),
+            None,
+            move || lock.is_abandoned() || !gone_session.alive(),
+            move || {
+                let (session, dir, uuid) = (Arc::clone(&session), dir.clone(), uuid.clone());
+                async move {
+                    let client = session.client()?;
+                    if let Some((name, _)) = recipe::find_own(&client, &dir, &uuid, timeout).await? {
+                        recipe::delete(&client, &format!("{dir}/{name}"), timeout).await?;
+                    }
+                    Ok(())
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }));
+            },
+        );
     }
 }
 
@@ -274,22 +299,28 @@ impl Drop for DeleteOnDrop<'_> {
                 .delete_in_background(self.session, format!("{}/{name}", self.dir)),
             // The create's reply was not seen: find the node by uuid, then delete.
             None => {
-                let (Ok(client), Ok(rt)) = (self.session.client(), tokio::runtime::Handle::try_current())
-                else {
-                    return;
-                };
-                let (dir, uuid, timeout) = (
-                    self.dir.to_owned(),
-                    self.uuid.to_owned(),
-                    self.lock.inner.config.request_timeout,
-                );
-                drop(rt.spawn(async move {
-                    if let Ok(Some((name, _))) = recipe::find_own(&client, &dir, &uuid, timeout).await {
-                        let _ = recipe::delete(&client, &format!("{dir}/{name}"), timeout).await;
-                    }
-                }));
+                self.lock
+                    .delete_own_in_background(self.session, self.dir.to_owned(), self.uuid.to_owned())
             }
         }
+    }
+}
+
+/// Out of time: our node goes at once if it can; if that fails the clean-up
+/// stays armed and retries in the background (a node left on a live session
+/// would block the lock for good).
+async fn timed_out(
+    client: &zookeeper_client::Client,
+    path: &str,
+    timeout: std::time::Duration,
+    cleanup: &mut DeleteOnDrop<'_>,
+    key: &LockKey,
+) -> Error {
+    if recipe::delete(client, path, timeout).await.is_ok() {
+        cleanup.armed = false;
+    }
+    Error::Timeout {
+        key: key.as_str().to_owned(),
     }
 }
 
@@ -352,15 +383,11 @@ impl Lock for ZkLock {
             node: None,
             armed: true,
         };
+        let sent = Instant::now();
         let (name, czxid) = recipe::create(&client, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
+        session.answered(sent);
         cleanup.node = Some(name.clone());
         let path = format!("{dir}/{name}");
-        let give_up = || async {
-            let _ = recipe::delete(&client, &path, timeout).await;
-            Err(Error::Timeout {
-                key: key.as_str().to_owned(),
-            })
-        };
         let waited = match opts.wait {
             Wait::No => match recipe::place(&client, &dir, &name, timeout).await? {
                 recipe::Place::First => Ok(()),
@@ -368,24 +395,18 @@ impl Lock for ZkLock {
                     key: key.as_str().to_owned(),
                 }),
                 recipe::Place::After(_) => {
-                    let r = give_up().await;
-                    cleanup.armed = false;
-                    return r;
+                    return Err(timed_out(&client, &path, timeout, &mut cleanup, key).await);
                 }
             },
             Wait::For(d) => {
                 match tokio::time::timeout_at(
-                    (started + d).into(),
+                    dlock_core::driver::saturating_add(started, d).into(),
                     recipe::wait_first(&client, &dir, &name, key.as_str(), timeout),
                 )
                 .await
                 {
                     Ok(r) => r,
-                    Err(_) => {
-                        let r = give_up().await;
-                        cleanup.armed = false;
-                        return r;
-                    }
+                    Err(_) => return Err(timed_out(&client, &path, timeout, &mut cleanup, key).await),
                 }
             }
             Wait::Forever => recipe::wait_first(&client, &dir, &name, key.as_str(), timeout).await,

@@ -2,8 +2,10 @@
 //! when the session ends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
+use dlock_core::driver::Drift;
 use dlock_core::{Error, LostSignal, LostTrigger, Result};
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
@@ -15,18 +17,33 @@ use crate::lock::{BACKEND, map_err};
 /// session is SUSPENDED (`connected()` false: a holder cannot be sure it still
 /// holds); when it expires it is LOST (`lost()` fires: the server deleted the
 /// session's nodes).
+///
+/// The server may expire the session (and hand its locks on) one session
+/// timeout after it last heard from us; the client library declares it
+/// expired only at 7/5 of that. So the session also keeps its own deadline:
+/// the send time of the last request the server answered (a heartbeat every
+/// tenth of the timeout, and the driver's own requests), plus the timeout,
+/// minus drift. Past it, a guard cannot know it still holds: it fires
+/// `lost()` (Curator's advice: treat SUSPENDED as lost for locks).
 pub(crate) struct Session {
     /// Taken out (and so dropped) when the handle is abandoned.
     client: Mutex<Option<Client>>,
     connected: Arc<AtomicBool>,
     lost: LostTrigger,
     signal: LostSignal,
-    task: JoinHandle<()>,
+    /// Send time of the last request the server answered.
+    heard: Mutex<Instant>,
+    /// Wakes the heartbeat (on reconnection) and the guards (on news).
+    news: Arc<tokio::sync::Notify>,
+    timeout: Duration,
+    request_timeout: Duration,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Session {
     /// Connects a new session.
     pub(crate) async fn open(config: &ZkConfig) -> Result<Arc<Self>> {
+        let sent = Instant::now();
         let mut connector = Client::connector()
             .with_session_timeout(config.session_timeout)
             .with_connection_timeout(config.connect_timeout)
@@ -61,31 +78,64 @@ impl Session {
             };
         let (lost, signal) = LostSignal::pair();
         let connected = Arc::new(AtomicBool::new(true));
-        let mut states = client.state_watcher();
-        let (flag, trigger) = (Arc::clone(&connected), lost.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                match states.changed().await {
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                        flag.store(true, Ordering::SeqCst)
-                    }
-                    SessionState::Disconnected => flag.store(false, Ordering::SeqCst),
-                    // Expired, closed, auth failed: terminal.
-                    _ => {
-                        flag.store(false, Ordering::SeqCst);
-                        trigger.fire();
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Arc::new(Session {
-            client: Mutex::new(Some(client)),
+        let session = Arc::new(Session {
+            timeout: client.session_timeout(),
+            client: Mutex::new(Some(client.clone())),
             connected,
             lost,
             signal,
-            task,
-        }))
+            heard: Mutex::new(sent),
+            news: Arc::new(tokio::sync::Notify::new()),
+            request_timeout: config.request_timeout,
+            tasks: Mutex::new(Vec::new()),
+        });
+        let states = tokio::spawn(watch_states(client.state_watcher(), Arc::downgrade(&session)));
+        // The heartbeat holds no client of its own: an abandoned handle must
+        // drop its connection.
+        drop(client);
+        let heartbeat = tokio::spawn(heartbeat(Arc::downgrade(&session)));
+        session
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend([states, heartbeat]);
+        Ok(session)
+    }
+
+    /// The server answered a request sent at `sent`.
+    pub(crate) fn answered(&self, sent: Instant) {
+        let mut heard = self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        if sent > *heard {
+            *heard = sent;
+        }
+    }
+
+    /// Until when the server cannot have expired this session: the send time
+    /// of the last answered request, plus the timeout, minus drift.
+    pub(crate) fn deadline(&self) -> Instant {
+        let heard = *self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        Drift::DEFAULT.deadline(heard, self.timeout)
+    }
+
+    /// Resolves when the session's deadline has passed (it may have expired
+    /// on the server), or it ended.
+    pub(crate) async fn out_of_time(&self) {
+        loop {
+            if !self.alive() {
+                return;
+            }
+            let at = self.deadline();
+            if at <= Instant::now() {
+                return;
+            }
+            let news = self.news.notified();
+            let ended = self.signal.clone();
+            tokio::select! {
+                () = tokio::time::sleep_until(at.into()) => {}
+                () = news => {}
+                () = ended.wait() => return,
+            }
+        }
     }
 
     /// A handle on the client for one call.
@@ -106,9 +156,10 @@ impl Session {
             .map(Client::session_timeout)
     }
 
-    /// `true` while connected (not SUSPENDED) and not expired.
+    /// `true` while connected (not SUSPENDED), not expired, and within the
+    /// session's [`deadline`](Self::deadline).
     pub(crate) fn connected(&self) -> bool {
-        self.connected.load(Ordering::SeqCst) && !self.lost.is_fired()
+        self.connected.load(Ordering::SeqCst) && !self.lost.is_fired() && Instant::now() < self.deadline()
     }
 
     /// `true` until the session ended.
@@ -129,6 +180,81 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Follows the client's session states: SUSPENDED while disconnected, LOST
+/// (the signal fires) when terminal; a reconnection wakes the heartbeat.
+async fn watch_states(mut states: zookeeper_client::StateWatcher, session: Weak<Session>) {
+    loop {
+        let state = states.changed().await;
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        match state {
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                session.connected.store(true, Ordering::SeqCst);
+                session.news.notify_waiters();
+            }
+            SessionState::Disconnected => session.connected.store(false, Ordering::SeqCst),
+            // Expired, closed, auth failed: terminal.
+            _ => {
+                session.connected.store(false, Ordering::SeqCst);
+                session.lost.fire();
+                session.news.notify_waiters();
+                return;
+            }
+        }
+    }
+}
+
+/// One cheap read every tenth of the session timeout (and at once after a
+/// reconnection), so the session's deadline follows the server's view.
+async fn heartbeat(session: Weak<Session>) {
+    loop {
+        let (client, period, timeout) = {
+            let Some(s) = session.upgrade() else {
+                return;
+            };
+            if !s.alive() {
+                return;
+            }
+            let Ok(client) = s.client() else {
+                return;
+            };
+            (
+                client,
+                (s.timeout / 10).max(Duration::from_millis(20)),
+                s.request_timeout,
+            )
+        };
+        let sent = Instant::now();
+        let answered = matches!(
+            tokio::time::timeout(timeout.min(period * 5), client.check_stat("/")).await,
+            Ok(Ok(_))
+        );
+        drop(client);
+        let Some(s) = session.upgrade() else {
+            return;
+        };
+        if answered {
+            s.answered(sent);
+            s.news.notify_waiters();
+        }
+        let news = Arc::clone(&s.news);
+        drop(s);
+        let reconnected = news.notified();
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = reconnected => {}
+        }
     }
 }

@@ -306,3 +306,113 @@ async fn a_short_disconnect_suspends_and_then_resumes() {
     assert_eq!(lock.holder(&k).await.unwrap().unwrap().node, g.node());
     g.release().await.unwrap();
 }
+
+/// A holder cut off for longer than its session: its `lost()` must fire
+/// before the server can hand the lock to a waiter (the server expires the
+/// session about one timeout after it last heard from the holder; the
+/// client library declares it expired only at 7/5 of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_is_lost_before_a_waiter_is_granted() {
+    let server = shared::zk().await.unwrap();
+    let connect = server.addresses[0].clone();
+    let first: SocketAddr = connect.split(',').next().unwrap().parse().unwrap();
+    let proxy = FaultProxy::start(first).await.unwrap();
+    let session = Duration::from_secs(4);
+    let holder = ZkLock::connect(ZkConfig::new(proxy.addr().to_string()).session_timeout(session))
+        .await
+        .unwrap();
+    let waiter = ZkLock::connect(ZkConfig::new(connect).session_timeout(session))
+        .await
+        .unwrap();
+    let k = key(&unique("partition"));
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let lost = g.lost();
+    let lost_at = tokio::spawn(async move {
+        lost.wait().await;
+        Instant::now()
+    });
+    let w = {
+        let (waiter, k) = (waiter.clone(), k.clone());
+        tokio::spawn(async move {
+            let g = waiter.acquire(&k, AcquireOptions::default()).await;
+            (Instant::now(), g)
+        })
+    };
+    until("the waiter to queue", async || {
+        waiter.lock_nodes(k.as_str()).await.unwrap().len() == 2
+    })
+    .await;
+    proxy.set(Fault::Blackhole);
+    let (granted_at, g2) = tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
+    let g2 = g2.unwrap();
+    let lost_at = tokio::time::timeout(LIMIT, lost_at).await.unwrap().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "the holder learned it lost the lock {:?} after the waiter got it",
+        lost_at - granted_at
+    );
+    assert!(!g.is_held());
+    proxy.set(Fault::None);
+    g2.release().await.unwrap();
+}
+
+/// How many sessions watch `path` (`wchp`: watches by path, each path
+/// followed by one tab-indented session id per watcher).
+async fn watchers(server: SocketAddr, path: &str) -> usize {
+    let listing = zk::four_letter(server, "wchp").await.unwrap_or_default();
+    let mut lines = listing.lines().skip_while(|l| *l != path);
+    lines
+        .next()
+        .map_or(0, |_| lines.take_while(|l| l.starts_with('\t')).count())
+}
+
+/// A waiter that times out while its clean-up delete fails must not leave
+/// its node behind: nobody could take the lock again while its session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
+    let server = shared::zk().await.unwrap();
+    let connect = server.addresses[0].clone();
+    let first: SocketAddr = connect.split(',').next().unwrap().parse().unwrap();
+    let proxy = FaultProxy::start(first).await.unwrap();
+    let mut config = ZkConfig::new(proxy.addr().to_string()).session_timeout(Duration::from_secs(10));
+    config.request_timeout = Duration::from_millis(300);
+    let waiter = ZkLock::connect(config).await.unwrap();
+    let other = ZkLock::connect(ZkConfig::new(connect).session_timeout(common::SESSION))
+        .await
+        .unwrap();
+    let k = key(&unique("cleanup"));
+    let g = other.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let w = {
+        let (waiter, k) = (waiter.clone(), k.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire(
+                    &k,
+                    AcquireOptions::default().wait(Wait::For(Duration::from_secs(1))),
+                )
+                .await
+        })
+    };
+    // Queued and watching the holder's node (the holder watches it too).
+    until("the waiter to watch the holder", async || {
+        other.lock_nodes(k.as_str()).await.unwrap().len() == 2 && watchers(first, g.node()).await >= 2
+    })
+    .await;
+    // The waiter's network goes silent before its wait runs out: its delete fails.
+    proxy.set(Fault::Blackhole);
+    let r = tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    proxy.set(Fault::None);
+    g.release().await.unwrap();
+    // The waiter's session lives on (its handle is still open).
+    let g = tokio::time::timeout(LIMIT, other.acquire(&k, AcquireOptions::default()))
+        .await
+        .expect("the timed-out waiter's node blocks the lock")
+        .unwrap();
+    g.release().await.unwrap();
+    until("nothing left behind", async || {
+        other.lock_nodes(k.as_str()).await.unwrap().is_empty()
+    })
+    .await;
+    drop(waiter);
+}

@@ -1,0 +1,388 @@
+//! **The driver-author API.** What every driver needs and must not write
+//! again: applications never need this module.
+//!
+//! - [`Drift`]: the slack taken off a TTL before a client trusts a grant,
+//!   and [`Drift::deadline`], the one formula for a local deadline
+//!   (`sent + ttl - drift`, measured from when the request that granted or
+//!   renewed was *sent*).
+//! - [`saturating_add`] and [`wait_deadline`]: deadlines from user input that
+//!   never overflow an [`Instant`].
+//! - [`Refusal`]: the server's two ways of saying no to a release or an
+//!   extend, and their one mapping to [`Error`].
+//! - [`Validity`] and [`keep`]: a guard's local deadline and lost signal,
+//!   and the keeper task that fires `lost()` at the deadline or renews
+//!   before it.
+//! - [`clean_up_in_background`]: the one detached clean-up (release on drop,
+//!   a contender entry left by a cancelled or timed-out acquire), with one
+//!   retry policy.
+//!
+//! This module is public so that drivers outside this workspace can keep
+//! the contract the same way; it is versioned with the crate like the rest
+//! of the API.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::{Error, LockKey, LostSignal, LostTrigger, Result};
+
+/// The slack subtracted from a TTL before a client trusts a grant for it:
+/// `ttl * factor + fixed`. It covers the rate difference of the client's and
+/// the server's clocks and the scheduling delay of the task that acts on
+/// the deadline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Drift {
+    factor: f64,
+    fixed: Duration,
+}
+
+impl Drift {
+    /// `ttl * 0.01 + 2 ms`, the clock-drift allowance of the Redlock paper;
+    /// every driver's default.
+    pub const DEFAULT: Drift = Drift {
+        factor: 0.01,
+        fixed: Duration::from_millis(2),
+    };
+
+    /// A drift of `ttl * factor + fixed`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] unless `0 <= factor < 1` (a factor of 1 or
+    /// more leaves no time to hold the lock).
+    pub fn new(factor: f64, fixed: Duration) -> Result<Self> {
+        if !(0.0..1.0).contains(&factor) {
+            return Err(Error::InvalidConfig(format!(
+                "the drift factor must be at least 0 and below 1, not {factor}"
+            )));
+        }
+        Ok(Drift { factor, fixed })
+    }
+
+    /// The drift for a grant of `ttl`.
+    pub fn of(&self, ttl: Duration) -> Duration {
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * self.factor)
+            .unwrap_or(ttl)
+            .saturating_add(self.fixed)
+    }
+
+    /// The local deadline of a grant of `ttl` whose request was sent at
+    /// `sent`: `sent + ttl - drift`, never before `sent`, never overflowing.
+    pub fn deadline(&self, sent: Instant, ttl: Duration) -> Instant {
+        let end = saturating_add(sent, ttl);
+        end.checked_sub(self.of(ttl))
+            .filter(|&d| d >= sent)
+            .unwrap_or(sent)
+    }
+}
+
+impl Default for Drift {
+    fn default() -> Self {
+        Drift::DEFAULT
+    }
+}
+
+/// `start + d`, or, when that does not fit in an [`Instant`], the latest
+/// instant that does (centuries away): a wait or TTL that large means "no
+/// deadline", never a panic.
+pub fn saturating_add(start: Instant, d: Duration) -> Instant {
+    if let Some(end) = start.checked_add(d) {
+        return end;
+    }
+    // Halve the step until it fits: at most 64 steps.
+    let mut step = d;
+    let mut end = start;
+    while !step.is_zero() {
+        if let Some(next) = end.checked_add(step) {
+            end = next;
+        } else {
+            step /= 2;
+        }
+    }
+    end
+}
+
+/// When an acquire started at `started` must give up: `None` for
+/// [`Wait::Forever`](crate::Wait::Forever); [`Wait::No`](crate::Wait::No) is
+/// `started` itself (one attempt).
+pub fn wait_deadline(wait: crate::Wait, started: Instant) -> Option<Instant> {
+    match wait {
+        crate::Wait::No => Some(started),
+        crate::Wait::For(d) => Some(saturating_add(started, d)),
+        crate::Wait::Forever => None,
+    }
+}
+
+/// A server's refusal of a release or an extend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Our grant is gone (expired, its lease or session ended).
+    Expired,
+    /// Someone else holds the name now.
+    HeldByOther,
+}
+
+impl Refusal {
+    /// The error a caller sees: [`Error::Lost`] for [`Refusal::Expired`],
+    /// [`Error::NotHeld`] for [`Refusal::HeldByOther`].
+    pub fn into_error(self, key: &LockKey) -> Error {
+        let key = key.as_str().to_owned();
+        match self {
+            Refusal::Expired => Error::Lost { key },
+            Refusal::HeldByOther => Error::NotHeld { key },
+        }
+    }
+}
+
+/// What a release or an extend came to: done, or refused.
+pub type Outcome = std::result::Result<(), Refusal>;
+
+/// A guard's validity: its local deadline and its lost trigger, shared by
+/// the guard and its keeper task.
+///
+/// Renewals are serialized ([`Validity::renewal`]): with two renewals in
+/// flight at once (a manual `extend` racing the keeper), the client could not
+/// tell which the server applied last, and a last-writer-wins deadline could
+/// outlive the server's TTL.
+#[derive(Debug)]
+pub struct Validity {
+    deadline: Mutex<Instant>,
+    moved: tokio::sync::Notify,
+    lost: LostTrigger,
+    drift: Drift,
+    renewing: tokio::sync::Mutex<()>,
+}
+
+impl Validity {
+    /// A validity ending at `drift.deadline(sent, ttl)`, and its signal.
+    pub fn new(sent: Instant, ttl: Duration, drift: Drift) -> (Arc<Self>, LostSignal) {
+        let (trigger, signal) = LostSignal::pair();
+        let validity = Validity {
+            deadline: Mutex::new(drift.deadline(sent, ttl)),
+            moved: tokio::sync::Notify::new(),
+            lost: trigger,
+            drift,
+            renewing: tokio::sync::Mutex::new(()),
+        };
+        (Arc::new(validity), signal)
+    }
+
+    /// The current local deadline.
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The drift this validity takes off every grant.
+    pub fn drift(&self) -> Drift {
+        self.drift
+    }
+
+    /// `true` while the deadline is ahead and the signal has not fired.
+    pub fn is_valid(&self) -> bool {
+        !self.lost.is_fired() && Instant::now() < self.deadline()
+    }
+
+    /// Waits for the right to send a renewal; hold the permit until its
+    /// reply is in (or the attempt is abandoned).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call holds nothing.
+    pub async fn renewal(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.renewing.lock().await
+    }
+
+    /// A renewal sent at `sent` for `ttl` was confirmed (call it while
+    /// holding the [`renewal`](Self::renewal) permit). Ignored once lost.
+    pub fn renewed(&self, sent: Instant, ttl: Duration) {
+        if self.lost.is_fired() {
+            return;
+        }
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = self.drift.deadline(sent, ttl);
+        self.moved.notify_one();
+    }
+
+    /// Fires the lost signal (idempotent).
+    pub fn fire_lost(&self) {
+        self.lost.fire();
+        self.moved.notify_one();
+    }
+
+    /// `true` once the lost signal fired.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_fired()
+    }
+}
+
+/// The keeper task of a guard: fires `lost()` when the local deadline
+/// passes; with `auto_extend`, calls `renew` at `ttl / 3` (counted from the
+/// last confirmed send). A refusal fires `lost()` at once; a failure that is
+/// not a refusal (the network) is retried until the deadline, bounded by it.
+/// Ends quietly when `stopped()` turns true (the handle was abandoned).
+pub async fn keep<R, Fut>(
+    validity: Arc<Validity>,
+    ttl: Duration,
+    auto_extend: bool,
+    sent: Instant,
+    mut renew: R,
+    stopped: impl Fn() -> bool,
+) where
+    R: FnMut() -> Fut,
+    Fut: Future<Output = Result<Outcome>>,
+{
+    let mut next_renewal = saturating_add(sent, ttl / 3);
+    loop {
+        if stopped() || validity.is_lost() {
+            return;
+        }
+        let deadline = validity.deadline();
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline.into()) => {
+                if validity.deadline() <= Instant::now() {
+                    validity.fire_lost();
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(next_renewal.into()), if auto_extend => {
+                let permit = validity.renewal().await;
+                let sent = Instant::now();
+                let deadline = validity.deadline();
+                // Boxed: inline, the client library's command future made
+                // every idle keeper task several KiB (one per held guard).
+                match tokio::time::timeout_at(deadline.into(), Box::pin(renew())).await {
+                    Ok(Ok(Ok(()))) => {
+                        validity.renewed(sent, ttl);
+                        next_renewal = saturating_add(sent, ttl / 3);
+                    }
+                    Ok(Ok(Err(_))) | Err(_) => {
+                        validity.fire_lost();
+                        return;
+                    }
+                    // Not a refusal (a network failure): again soon, until the deadline.
+                    Ok(Err(_)) => {
+                        next_renewal = saturating_add(Instant::now(), (ttl / 20).max(Duration::from_millis(5)));
+                    }
+                }
+                drop(permit);
+            }
+            () = validity.moved.notified() => {}
+        }
+    }
+}
+
+/// The first pause between clean-up attempts; it doubles up to
+/// [`CLEAN_UP_MAX_PAUSE`].
+pub const CLEAN_UP_FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between clean-up attempts.
+pub const CLEAN_UP_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// Runs `attempt` in the background until it succeeds, `gone()` turns true
+/// (the lease or session that the entry lives on ended, the handle was
+/// abandoned, the key expired by itself: nothing is left to clean), or
+/// `until` passes. Pauses between attempts double from
+/// [`CLEAN_UP_FIRST_PAUSE`] to [`CLEAN_UP_MAX_PAUSE`]. Every give-up is
+/// logged through `tracing` (warn), naming `what`.
+///
+/// Pass `until: None` for an entry that would otherwise stay for as long as
+/// the process lives (a contender on a lease kept alive): giving up on it
+/// would block the name for good.
+///
+/// Outside a Tokio runtime nothing can run: that is logged, and the
+/// backstop (TTL, lease, session) is what remains.
+pub fn clean_up_in_background<A, Fut, G>(what: String, until: Option<Instant>, gone: G, mut attempt: A)
+where
+    A: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+    G: Fn() -> bool + Send + 'static,
+{
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(what = %what, "no Tokio runtime to clean up in; the TTL, lease or session is the backstop");
+        return;
+    };
+    drop(rt.spawn(async move {
+        let mut pause = CLEAN_UP_FIRST_PAUSE;
+        let mut failures = 0u32;
+        loop {
+            if gone() {
+                return;
+            }
+            match attempt().await {
+                Ok(()) => {
+                    if failures > 0 {
+                        tracing::debug!(what = %what, failures, "clean-up done after retries");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up");
+                        return;
+                    }
+                    if failures == 1 {
+                        tracing::debug!(what = %what, error = %e, "clean-up failed; retrying");
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(CLEAN_UP_MAX_PAUSE);
+        }
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_never_overflow_and_never_precede_the_send() {
+        let now = Instant::now();
+        let far = Drift::DEFAULT.deadline(now, Duration::MAX);
+        assert!(far > now + Duration::from_secs(3600 * 24 * 365));
+        assert_eq!(Drift::DEFAULT.deadline(now, Duration::ZERO), now);
+        assert_eq!(Drift::DEFAULT.deadline(now, Duration::from_millis(1)), now);
+        assert_eq!(
+            Drift::DEFAULT.deadline(now, Duration::from_secs(10)),
+            now + Duration::from_secs(10) - Duration::from_millis(102)
+        );
+        assert!(saturating_add(now, Duration::MAX) > now);
+        assert_eq!(
+            wait_deadline(crate::Wait::For(Duration::MAX), now),
+            Some(saturating_add(now, Duration::MAX))
+        );
+        assert_eq!(wait_deadline(crate::Wait::Forever, now), None);
+    }
+
+    #[test]
+    fn drift_factors_are_checked() {
+        for bad in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(Drift::new(bad, Duration::ZERO), Err(Error::InvalidConfig(_))),
+                "{bad}"
+            );
+        }
+        let d = Drift::new(0.1, Duration::from_millis(5)).unwrap();
+        assert_eq!(d.of(Duration::from_secs(1)), Duration::from_millis(105));
+    }
+
+    #[test]
+    fn refusals_map_to_lost_and_not_held() {
+        let k = LockKey::new("k").unwrap();
+        assert!(matches!(Refusal::Expired.into_error(&k), Error::Lost { .. }));
+        assert!(matches!(
+            Refusal::HeldByOther.into_error(&k),
+            Error::NotHeld { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lost_validity_is_not_renewed() {
+        let (v, signal) = Validity::new(Instant::now(), Duration::from_secs(10), Drift::DEFAULT);
+        let before = v.deadline();
+        v.fire_lost();
+        v.renewed(Instant::now() + Duration::from_secs(5), Duration::from_secs(10));
+        assert_eq!(v.deadline(), before);
+        assert!(signal.is_lost() && !v.is_valid());
+    }
+}
