@@ -7,6 +7,8 @@
 //!
 //! See `dlock --help` for the exit codes.
 
+mod child;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -46,7 +48,9 @@ The backend comes from --url, --config FILE, or DLOCK_URL / DLOCK_CONFIG in the
 environment. URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3,
 etcd://, etcds://, zk://.
 The command sees DLOCK_KEY, DLOCK_BACKEND and, where the backend fences,
-DLOCK_FENCING_TOKEN in its environment.";
+DLOCK_FENCING_TOKEN in its environment (DLOCK_URL and DLOCK_CONFIG are
+removed from it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the
+command; if dlock dies, even by SIGKILL, the command is killed with it.";
 
 #[derive(Parser, Debug)]
 #[command(name = "dlock", version, about = "Run a command under a distributed lock", after_help = EXIT_CODES)]
@@ -133,6 +137,10 @@ fn describe(h: &dlock::HolderInfo) -> String {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == child::EXEC) {
+        return child::exec(&args[2..]);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -219,16 +227,44 @@ async fn run(
         }
         Err(e) => return fail(code_for(&e), e),
     };
-    let (Some(program), args) = (command.first(), command.get(1..).unwrap_or_default()) else {
+    let Some(program) = command.first() else {
         return fail(exit::USAGE, "no command given");
     };
-    let mut child = Child::new(program);
+    // Listening before the command starts: a signal in between is not lost.
+    let (Ok(mut sigint), Ok(mut sigterm), Ok(mut sighup), Ok(mut sigquit)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::quit()),
+    ) else {
+        let _ = guard.release().await;
+        return fail(exit::USAGE, "cannot listen for signals");
+    };
+    let self_exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = guard.release().await;
+            return fail(
+                exit::CANNOT_RUN,
+                format!("cannot find the dlock binary to start {program:?}: {e}"),
+            );
+        }
+    };
+    let foreground = child::in_foreground();
+    // The command is started through dlock's own launcher (see `child`): it
+    // dies with dlock and owns the terminal while it runs. Spawned from this
+    // thread (the runtime's `block_on` thread, which lives as long as
+    // dlock): the kernel's parent-death signal follows the thread that forks.
+    let mut child = Child::new(self_exe);
     // Its own process group: signals reach the command and everything it
     // started (a shell's children too), as with timeout(1).
     child
-        .args(args)
+        .args(child::launcher_args(std::process::id(), foreground, command))
         .env("DLOCK_KEY", key.as_str())
         .env("DLOCK_BACKEND", config.backend())
+        // The backend's URL and config may carry passwords: not the command's business.
+        .env_remove("DLOCK_URL")
+        .env_remove("DLOCK_CONFIG")
         .process_group(0);
     if let Some(token) = guard.token() {
         child.env("DLOCK_FENCING_TOKEN", token.to_string());
@@ -241,21 +277,23 @@ async fn run(
         }
     };
     // The negative pid names the child's process group.
-    // The negative pid names the child's process group.
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .map(|p| Pid::from_raw(-p));
+    if let (true, Some(group)) = (foreground, pid) {
+        // Both sides hand the terminal over, as shells do: whichever runs first.
+        child::give_terminal(Pid::from_raw(-group.as_raw()));
+    }
+    let take_terminal_back = || {
+        if foreground {
+            child::give_terminal(nix::unistd::getpgrp());
+        }
+    };
     let send = |sig: Signal| {
         if let Some(pid) = pid {
             let _ = kill(pid, sig);
         }
-    };
-    let (Ok(mut sigint), Ok(mut sigterm)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        send(Signal::SIGKILL);
-        return fail(exit::USAGE, "cannot listen for signals");
     };
     let lost = guard.lost();
     let status = loop {
@@ -263,6 +301,8 @@ async fn run(
             status = child.wait() => break status,
             _ = sigint.recv() => send(Signal::SIGINT),
             _ = sigterm.recv() => send(Signal::SIGTERM),
+            _ = sighup.recv() => send(Signal::SIGHUP),
+            _ = sigquit.recv() => send(Signal::SIGQUIT),
             () = lost.wait() => {
                 eprintln!("dlock: lost the lock on {key}; stopping the command");
                 send(Signal::SIGTERM);
@@ -270,11 +310,13 @@ async fn run(
                     send(Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
+                take_terminal_back();
                 drop(guard);
                 return ExitCode::from(exit::LOST);
             }
         }
     };
+    take_terminal_back();
     if let Err(e) = guard.release().await {
         eprintln!("dlock: releasing {key}: {e}");
     }

@@ -296,3 +296,124 @@ fn no_backend_configured_explains_the_three_ways() {
         assert!(text.contains(code), "exit code {code} undocumented in --help");
     }
 }
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting for a reaper).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn pid_in(path: &Path) -> Option<i32> {
+    read(path).trim().parse().ok()
+}
+
+/// `dlock` killed with SIGKILL (the OOM killer): the command must not run
+/// on while the lock expires and another host starts a second copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_dies_with_a_killed_dlock() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 120", pidfile.display());
+    let mut child = dlock(&b.redis, &["run", &unique("killed"), "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    until("the command to start", || pid_in(&pidfile).is_some()).await;
+    let command = pid_in(&pidfile).unwrap();
+    assert!(alive(command));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = Instant::now() + LIMIT;
+    while alive(command) && Instant::now() < gone {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survived = alive(command);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(command),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(!survived, "the command outlived dlock by {LIMIT:?}");
+}
+
+/// SIGHUP (an ssh session dropped) and SIGQUIT reach the command as SIGTERM
+/// does, and the lock is released when it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hangup_and_quit_are_forwarded_and_the_lock_released() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (sig, name) in [
+        (nix::sys::signal::Signal::SIGHUP, "HUP"),
+        (nix::sys::signal::Signal::SIGQUIT, "QUIT"),
+    ] {
+        let key = unique("hangup");
+        let (started, got) = (
+            dir.path().join(format!("{name}.started")),
+            dir.path().join(format!("{name}.got")),
+        );
+        let script = format!(
+            "trap 'echo {name} > {got}; exit 4' {name}; touch {started}; for i in $(seq 600); do sleep 0.1; done",
+            got = got.display(),
+            started = started.display()
+        );
+        let child = dlock(&b.redis, &["run", &key, "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        until("the command to start", || started.exists()).await;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+        nix::sys::signal::kill(pid, sig).unwrap();
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        until("the command to get the signal", || got.exists()).await;
+        assert_eq!(out.status.code(), Some(4), "{name}: {out:?}");
+        assert_eq!(
+            run(&b.redis, &key, &["--no-wait"], "true").status.code(),
+            Some(0),
+            "{name}: not released"
+        );
+    }
+}
+
+/// Under a terminal, the command gets the terminal's foreground while it
+/// runs: a command that reads the terminal must not be stopped by SIGTTIN
+/// while the lock stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_reading_the_terminal_does_not_hang() {
+    use std::io::Write;
+    let b = backends().await;
+    let inner = format!(
+        "{DLOCK} --url {} run {} -- sh -c 'read x; echo got:$x'",
+        b.redis,
+        unique("tty")
+    );
+    // script(1) runs `inner` on a new pseudo-terminal, feeding it our stdin.
+    let mut script = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    script.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let pid = script.id();
+    let waited = tokio::time::timeout(
+        LIMIT,
+        tokio::task::spawn_blocking(move || script.wait_with_output()),
+    )
+    .await;
+    let Ok(out) = waited else {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        panic!("a command reading the terminal hung for {LIMIT:?}");
+    };
+    let out = out.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("got:hello"),
+        "{out:?}"
+    );
+}
