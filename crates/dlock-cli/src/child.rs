@@ -9,20 +9,24 @@
 //!    (`PR_SET_PDEATHSIG`, kept across `exec`), then checks that its parent
 //!    is still the `dlock` that started it (the parent may have died before
 //!    the request; then the launcher exits at once);
-//! 2. with `FG` = `fg` (dlock runs in the foreground of a terminal), makes
-//!    its own process group the terminal's foreground group, as shells and
-//!    `timeout --foreground` do, so that a command reading the terminal is
-//!    not stopped by `SIGTTIN` while the lock stays held;
-//! 3. `exec`s the command (same process: the pid `dlock` waits on).
+//! 2. with `FG` = `fg` (dlock runs alone in the foreground of a terminal),
+//!    makes its own process group the terminal's foreground group, as
+//!    shells do for a job, so that a command reading the terminal is not
+//!    stopped by `SIGTTIN` while the lock stays held (dlock takes the
+//!    terminal back when it ends); when dlock shares its group with others
+//!    (`dlock run k make | less`), the command stays in dlock's group
+//!    instead, as `timeout --foreground` does, and `less` keeps the terminal;
+//! 3. `exec`s the command (same process: the pid `dlock` waits on), with
+//!    SIGPIPE and the signal mask back to their defaults.
 //!
 //! So the command never outlives `dlock`, however `dlock` ends (`SIGKILL`
-//! and the OOM killer included). The death signal reaches the command's own
-//! process only: what the command starts in the background and detaches
-//! from it is its own business, as with `timeout(1)`.
+//! and the OOM killer included). Limits: the death signal reaches the
+//! command's own process only (what it starts and detaches is its own
+//! business, as with `timeout(1)`), and the kernel clears it when the
+//! command is a set-user-ID or file-capability binary (`sudo`, `ping`).
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
@@ -35,6 +39,51 @@ pub const EXEC: &str = "__exec";
 pub fn in_foreground() -> bool {
     let stdin = std::io::stdin();
     tcgetpgrp(stdin.as_fd()).is_ok_and(|fg| fg == getpgrp())
+}
+
+/// Whether another process shares our process group (a pipeline such as
+/// `dlock run k make | less`: `less` must keep the terminal), read from
+/// `/proc`. When unsure, `true`.
+pub fn group_is_shared() -> bool {
+    let (me, group) = (std::process::id(), getpgrp().as_raw());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
+        let pgrp = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(2))
+            .and_then(|p| p.parse::<i32>().ok());
+        if pgrp == Some(group) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `signal` was ignored when dlock started (`nohup` ignores
+/// SIGHUP): such a signal is not passed on either. Read from
+/// `/proc/self/status`; when unsure, `false`.
+pub fn ignored_at_start(signal: Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
 }
 
 /// Gives the terminal on stdin to process group `pgrp` (our own after the
@@ -88,13 +137,10 @@ pub fn exec(args: &[OsString]) -> ExitCode {
     if fg == "fg" {
         give_terminal(getpgrp());
     }
-    let Ok(argv) = command
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<Vec<_>, _>>()
-    else {
-        return fail("the command has a NUL byte".to_owned());
-    };
-    let e = nix::unistd::execvp(&argv[0], &argv).unwrap_err();
+    // std's exec resets what a Rust program changes at start-up (SIGPIPE is
+    // ignored by Rust's runtime; an ignored signal would stay ignored in the
+    // command) and the signal mask, then searches PATH like execvp.
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(&command[0]).args(&command[1..]).exec();
     fail(format!("cannot run {:?}: {e}", command[0]))
 }

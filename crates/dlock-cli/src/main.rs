@@ -119,18 +119,36 @@ fn resolve(cli: &Cli) -> Result<Config, Error> {
     dlock::Settings::from_env().map(|s| s.config)
 }
 
+/// Server data as text safe for a terminal: control characters (escape
+/// sequences) are shown escaped, never sent raw.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn describe(h: &dlock::HolderInfo) -> String {
-    let mut s = format!("{} ({})", h.id, h.detail);
+    let mut s = format!("{} ({})", printable(&h.id), printable(&h.detail));
     if let Some(t) = h.token {
         s.push_str(&format!(", token {t}"));
     }
-    if let Some(since) = h.since {
+    // humantime formats years 0000-9999 only; foreign data can say anything.
+    let until_year_9999 = std::time::UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    if let Some(since) = h.since.filter(|&t| t <= until_year_9999) {
         s.push_str(&format!(", since {}", humantime::format_rfc3339_seconds(since)));
     }
     if let Some(left) = h.remaining {
         s.push_str(&format!(
             ", {} left",
-            humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            humantime::format_duration(Duration::from_millis(
+                u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+            ))
         ));
     }
     s
@@ -231,41 +249,47 @@ async fn run(
         return fail(exit::USAGE, "no command given");
     };
     // Listening before the command starts: a signal in between is not lost.
+    // A signal ignored when dlock started (`nohup`) stays ignored.
+    let listen = |kind: SignalKind, sig: Signal| {
+        if child::ignored_at_start(sig) {
+            Ok(None)
+        } else {
+            signal(kind).map(Some)
+        }
+    };
     let (Ok(mut sigint), Ok(mut sigterm), Ok(mut sighup), Ok(mut sigquit)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::quit()),
+        listen(SignalKind::interrupt(), Signal::SIGINT),
+        listen(SignalKind::terminate(), Signal::SIGTERM),
+        listen(SignalKind::hangup(), Signal::SIGHUP),
+        listen(SignalKind::quit(), Signal::SIGQUIT),
     ) else {
         let _ = guard.release().await;
         return fail(exit::USAGE, "cannot listen for signals");
     };
-    let self_exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = guard.release().await;
-            return fail(
-                exit::CANNOT_RUN,
-                format!("cannot find the dlock binary to start {program:?}: {e}"),
-            );
-        }
-    };
+    // Under a terminal, alone in our group: the command gets a group of its
+    // own and the terminal. Sharing it (a pipeline): the command stays in
+    // ours and signals go to its process only. No terminal: a group of its own.
     let foreground = child::in_foreground();
+    let shared_group = foreground && child::group_is_shared();
+    let hand_over = foreground && !shared_group;
     // The command is started through dlock's own launcher (see `child`): it
-    // dies with dlock and owns the terminal while it runs. Spawned from this
-    // thread (the runtime's `block_on` thread, which lives as long as
-    // dlock): the kernel's parent-death signal follows the thread that forks.
-    let mut child = Child::new(self_exe);
-    // Its own process group: signals reach the command and everything it
-    // started (a shell's children too), as with timeout(1).
+    // dies with dlock. Spawned from this thread (the runtime's `block_on`
+    // thread, which lives as long as dlock): the kernel's parent-death
+    // signal follows the thread that forks.
+    let mut child = Child::new("/proc/self/exe");
     child
-        .args(child::launcher_args(std::process::id(), foreground, command))
+        .arg0("dlock")
+        .args(child::launcher_args(std::process::id(), hand_over, command))
         .env("DLOCK_KEY", key.as_str())
         .env("DLOCK_BACKEND", config.backend())
         // The backend's URL and config may carry passwords: not the command's business.
         .env_remove("DLOCK_URL")
-        .env_remove("DLOCK_CONFIG")
-        .process_group(0);
+        .env_remove("DLOCK_CONFIG");
+    if !shared_group {
+        // Its own process group: signals reach the command and everything it
+        // started (a shell's children too), as with timeout(1).
+        child.process_group(0);
+    }
     if let Some(token) = guard.token() {
         child.env("DLOCK_FENCING_TOKEN", token.to_string());
     }
@@ -276,36 +300,46 @@ async fn run(
             return fail(exit::CANNOT_RUN, format!("cannot run {program:?}: {e}"));
         }
     };
-    // The negative pid names the child's process group.
-    let pid = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .map(|p| Pid::from_raw(-p));
-    if let (true, Some(group)) = (foreground, pid) {
+    let child_pid = child.id().and_then(|p| i32::try_from(p).ok());
+    if let (true, Some(p)) = (hand_over, child_pid) {
         // Both sides hand the terminal over, as shells do: whichever runs first.
-        child::give_terminal(Pid::from_raw(-group.as_raw()));
+        child::give_terminal(Pid::from_raw(p));
     }
     let take_terminal_back = || {
-        if foreground {
+        if hand_over {
             child::give_terminal(nix::unistd::getpgrp());
         }
     };
+    // A negative pid names the child's process group.
+    let target = child_pid.map(|p| Pid::from_raw(if shared_group { p } else { -p }));
     let send = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
+        if let Some(target) = target {
+            let _ = kill(target, sig);
         }
     };
+    // In a shared group, the terminal's own SIGINT and SIGQUIT reach the
+    // command already: passing them on would deliver them twice.
+    let forward_terminal_signals = !shared_group;
+    async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
     let lost = guard.lost();
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            _ = sigint.recv() => send(Signal::SIGINT),
-            _ = sigterm.recv() => send(Signal::SIGTERM),
-            _ = sighup.recv() => send(Signal::SIGHUP),
-            _ = sigquit.recv() => send(Signal::SIGQUIT),
+            () = next(&mut sigint) => if forward_terminal_signals { send(Signal::SIGINT) },
+            () = next(&mut sigterm) => send(Signal::SIGTERM),
+            () = next(&mut sighup) => send(Signal::SIGHUP),
+            () = next(&mut sigquit) => if forward_terminal_signals { send(Signal::SIGQUIT) },
             () = lost.wait() => {
-                eprintln!("dlock: lost the lock on {key}; stopping the command");
+                // The signal first: printing may block (a stopped terminal).
                 send(Signal::SIGTERM);
+                eprintln!("dlock: lost the lock on {key}; stopping the command");
                 if tokio::time::timeout(grace, child.wait()).await.is_err() {
                     send(Signal::SIGKILL);
                     let _ = child.wait().await;

@@ -382,16 +382,25 @@ async fn hangup_and_quit_are_forwarded_and_the_lock_released() {
 /// while the lock stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_reading_the_terminal_does_not_hang() {
-    use std::io::Write;
     let b = backends().await;
-    let inner = format!(
-        "{DLOCK} --url {} run {} -- sh -c 'read x; echo got:$x'",
-        b.redis,
-        unique("tty")
-    );
+    // Alone in the foreground, and in a pipeline that shares dlock's group.
+    for pipe in ["", " | cat"] {
+        let inner = format!(
+            "{DLOCK} --url {} run {} -- sh -c 'read x; echo got:$x'{pipe}",
+            b.redis,
+            unique("tty")
+        );
+        under_a_terminal(&inner).await;
+    }
+}
+
+/// Runs `inner` under script(1) on a new pseudo-terminal fed "hello", and
+/// checks that the command read it.
+async fn under_a_terminal(inner: &str) {
+    use std::io::Write;
     // script(1) runs `inner` on a new pseudo-terminal, feeding it our stdin.
     let mut script = Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
+        .args(["-qec", inner, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -414,6 +423,31 @@ async fn a_command_reading_the_terminal_does_not_hang() {
     let out = out.unwrap().unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("got:hello"),
-        "{out:?}"
+        "{inner}: {out:?}"
     );
+}
+
+/// The command starts with SIGPIPE at its default (Rust programs ignore it,
+/// and an ignored signal stays ignored across exec: `yes | head` would
+/// then report a broken pipe) and no signal blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_gets_default_signal_dispositions() {
+    let b = backends().await;
+    let out = run(
+        &b.redis,
+        &unique("sigpipe"),
+        &[],
+        "exec grep -E '^Sig(Ign|Blk)' /proc/self/status",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status = String::from_utf8_lossy(&out.stdout);
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap()
+    };
+    assert_eq!(mask("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE ignored: {status}");
+    assert_eq!(mask("SigBlk:"), 0, "signals blocked: {status}");
 }

@@ -44,6 +44,15 @@ impl Drift {
         fixed: Duration::from_millis(2),
     };
 
+    /// `ttl / 10 + 2 ms`: for session timeouts, which the server rounds to
+    /// its ticks.
+    pub const fn with_factor_tenth() -> Self {
+        Drift {
+            factor: 0.1,
+            fixed: Duration::from_millis(2),
+        }
+    }
+
     /// A drift of `ttl * factor + fixed`.
     ///
     /// # Errors
@@ -68,7 +77,9 @@ impl Drift {
 
     /// The local deadline of a grant of `ttl` whose request was sent at
     /// `sent`: `sent + ttl - drift`, never before `sent`, never overflowing.
+    /// A TTL beyond [`FAR_FUTURE`] counts as [`FAR_FUTURE`].
     pub fn deadline(&self, sent: Instant, ttl: Duration) -> Instant {
+        let ttl = ttl.min(FAR_FUTURE);
         let end = saturating_add(sent, ttl);
         end.checked_sub(self.of(ttl))
             .filter(|&d| d >= sent)
@@ -82,24 +93,17 @@ impl Default for Drift {
     }
 }
 
-/// `start + d`, or, when that does not fit in an [`Instant`], the latest
-/// instant that does (centuries away): a wait or TTL that large means "no
-/// deadline", never a panic.
+/// How far ahead a deadline may lie: about a century. Longer waits and TTLs
+/// are cut to it (nobody can tell the difference), so that every deadline,
+/// and every timer built on it (Tokio rounds deadlines up), fits in an
+/// [`Instant`].
+pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `start + d`, with `d` cut to [`FAR_FUTURE`]: a wait or TTL that large
+/// means "no deadline", never a panic.
 pub fn saturating_add(start: Instant, d: Duration) -> Instant {
-    if let Some(end) = start.checked_add(d) {
-        return end;
-    }
-    // Halve the step until it fits: at most 64 steps.
-    let mut step = d;
-    let mut end = start;
-    while !step.is_zero() {
-        if let Some(next) = end.checked_add(step) {
-            end = next;
-        } else {
-            step /= 2;
-        }
-    }
-    end
+    let d = d.min(FAR_FUTURE);
+    start.checked_add(d).unwrap_or(start)
 }
 
 /// When an acquire started at `started` must give up: `None` for
@@ -244,7 +248,15 @@ pub async fn keep<R, Fut>(
                 }
             }
             () = tokio::time::sleep_until(next_renewal.into()), if auto_extend => {
-                let permit = validity.renewal().await;
+                // A manual extend may hold the permit: wait for it no
+                // longer than the deadline.
+                let Ok(permit) = tokio::time::timeout_at(deadline.into(), validity.renewal()).await else {
+                    if validity.deadline() <= Instant::now() {
+                        validity.fire_lost();
+                        return;
+                    }
+                    continue;
+                };
                 let sent = Instant::now();
                 let deadline = validity.deadline();
                 // Boxed: inline, the client library's command future made
@@ -279,8 +291,9 @@ pub const CLEAN_UP_MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Runs `attempt` in the background until it succeeds, `gone()` turns true
 /// (the lease or session that the entry lives on ended, the handle was
-/// abandoned, the key expired by itself: nothing is left to clean), or
-/// `until` passes. Pauses between attempts double from
+/// abandoned, the key expired by itself: nothing is left to clean), `until`
+/// passes, or it fails with anything but [`Error::Unavailable`] (a refused
+/// credential, an odd reply: retrying would not help). Pauses between attempts double from
 /// [`CLEAN_UP_FIRST_PAUSE`] to [`CLEAN_UP_MAX_PAUSE`]. Every give-up is
 /// logged through `tracing` (warn), naming `what`.
 ///
@@ -317,7 +330,13 @@ where
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     if until.is_some_and(|u| Instant::now() >= u) {
-                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up");
+                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up: out of time");
+                        return;
+                    }
+                    // Only a backend out of reach is worth another try: a
+                    // refused credential or an odd reply will not get better.
+                    if !matches!(e, Error::Unavailable { .. }) {
+                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up: not a transient error");
                         return;
                     }
                     if failures == 1 {
@@ -331,9 +350,79 @@ where
     }));
 }
 
+/// `url` with its credentials hidden, for messages and `Debug`: everything
+/// between `scheme://` and the *last* `@` is userinfo (a password may hold
+/// `/`, `?`, `#` or `@` unescaped; hiding too much is better than printing
+/// a secret), shown as `user:***` (or `***` without a user); query
+/// parameters named like secrets (`password`, `pass`, `pwd`, `token`,
+/// `secret`, `auth`) have their values hidden too.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, rest)) => (Some(userinfo), rest),
+        None => (None, rest),
+    };
+    let mut out = format!("{scheme}://");
+    if let Some(userinfo) = userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _)) if !user.contains(['/', '?', '#']) => {
+                out.push_str(user);
+                out.push_str(":***@");
+            }
+            _ => out.push_str("***@"),
+        }
+    }
+    let (before, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    out.push_str(before);
+    if let Some(query) = query {
+        out.push('?');
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((name, _))
+                    if ["password", "pass", "pwd", "token", "secret", "auth"]
+                        .contains(&name.to_ascii_lowercase().as_str()) =>
+                {
+                    format!("{name}=***")
+                }
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_are_redacted_whatever_the_password_holds() {
+        for (url, shown) in [
+            ("redis://u:p@h:1/2", "redis://u:***@h:1/2"),
+            ("rediss://:p@h:1", "rediss://:***@h:1"),
+            ("redis://token@h", "redis://***@h"),
+            ("redis://h:1/0", "redis://h:1/0"),
+            ("no-scheme", "no-scheme"),
+            ("redis://u:se/cret@h", "redis://u:***@h"),
+            ("redis://u:se?cret@h/0", "redis://u:***@h/0"),
+            ("redis://u:a@b@h", "redis://u:***@h"),
+            (
+                "etcd://h:2379?user=u&password=s3cret",
+                "etcd://h:2379?user=u&password=***",
+            ),
+            ("redlock://u:p@h1,h2", "redlock://u:***@h1,h2"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("cret"), "{url}");
+        }
+    }
 
     #[test]
     fn deadlines_never_overflow_and_never_precede_the_send() {
@@ -347,6 +436,7 @@ mod tests {
             now + Duration::from_secs(10) - Duration::from_millis(102)
         );
         assert!(saturating_add(now, Duration::MAX) > now);
+        assert_eq!(saturating_add(now, Duration::MAX), now + FAR_FUTURE);
         assert_eq!(
             wait_deadline(crate::Wait::For(Duration::MAX), now),
             Some(saturating_add(now, Duration::MAX))

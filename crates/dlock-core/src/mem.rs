@@ -157,7 +157,7 @@ impl Server {
     fn grant(self: &Arc<Self>, st: &mut State, key: &LockKey, id: u64, ttl: Duration) -> Grant {
         st.last_token += 1;
         let token = FencingToken::new(st.last_token);
-        let deadline = Instant::now() + ttl;
+        let deadline = crate::driver::saturating_add(Instant::now(), ttl);
         let (trigger, signal) = LostSignal::pair();
         st.keys.entry(key.clone()).or_default().holder = Some(Holder {
             id,
@@ -234,7 +234,7 @@ impl Server {
         let mut st = self.state();
         self.check_holder(&mut st, key, id)?;
         if let Some(h) = st.keys.get_mut(key).and_then(|e| e.holder.as_mut()) {
-            h.deadline = Instant::now() + ttl;
+            h.deadline = crate::driver::saturating_add(Instant::now(), ttl);
         }
         Ok(())
     }
@@ -355,7 +355,10 @@ impl MemLock {
 
     fn guard(&self, key: &LockKey, id: u64, grant: Grant, opts: AcquireOptions, ttl: Duration) -> MemGuard {
         let local_deadline = Arc::new(Mutex::new(
-            grant.deadline.checked_sub(drift(ttl)).unwrap_or(grant.deadline),
+            grant
+                .deadline
+                .checked_sub(drift(ttl.min(crate::driver::FAR_FUTURE)))
+                .unwrap_or(grant.deadline),
         ));
         let (trigger, signal) = grant.lost;
         let watchdog = opts.auto_extend.then(|| {
@@ -420,7 +423,7 @@ async fn watchdog(
         let sent = Instant::now();
         match server.extend(&key, id, ttl) {
             Ok(()) => {
-                let deadline = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
+                let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
                 *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
             }
             Err(_) => {
@@ -492,10 +495,12 @@ impl Lock for MemLock {
             armed: true,
         };
         let grant = match opts.wait {
-            Wait::For(d) => match tokio::time::timeout_at((started + d).into(), rx).await {
-                Ok(grant) => grant,
-                Err(_) => return Err(timeout()),
-            },
+            Wait::For(d) => {
+                match tokio::time::timeout_at(crate::driver::saturating_add(started, d).into(), rx).await {
+                    Ok(grant) => grant,
+                    Err(_) => return Err(timeout()),
+                }
+            }
             Wait::Forever | Wait::No => rx.await,
         };
         let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
@@ -576,7 +581,7 @@ impl Guard for MemGuard {
             .server
             .extend(&self.key, self.id, ttl)
             .map_err(|r| r.into_error(&self.key))?;
-        let deadline = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
+        let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
         *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
         Ok(())
     }

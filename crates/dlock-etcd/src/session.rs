@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock_core::{LostSignal, LostTrigger, Result, drift};
+use dlock_core::driver::{Drift, saturating_add};
+use dlock_core::{LostSignal, LostTrigger, Result};
 use etcd_client::Client;
 use tokio::task::JoinHandle;
 
@@ -15,9 +16,12 @@ use crate::recipe::bounded;
 /// The shortest lease etcd grants.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
-/// A lease TTL as etcd takes it: whole seconds, rounded up, at least 2.
+/// A lease TTL as etcd takes it: whole seconds, rounded up, at least 2, at
+/// most [`FAR_FUTURE`](dlock_core::driver::FAR_FUTURE) (a century; etcd's
+/// own limit is about 285 years).
 pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    let ttl = ttl.min(dlock_core::driver::FAR_FUTURE);
+    let secs = ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0));
     i64::try_from(secs.max(MIN_TTL.as_secs())).unwrap_or(i64::MAX)
 }
 
@@ -35,7 +39,7 @@ impl LeaseState {
     }
 
     fn renewed(&self, sent: Instant, ttl: Duration) {
-        let d = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
+        let d = Drift::DEFAULT.deadline(sent, ttl);
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
     }
 
@@ -83,7 +87,7 @@ impl Session {
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
         let (lost, signal) = LostSignal::pair();
         let state = Arc::new(LeaseState {
-            deadline: Mutex::new((sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent)),
+            deadline: Mutex::new(Drift::DEFAULT.deadline(sent, ttl)),
             lost,
             signal,
         });
@@ -165,7 +169,7 @@ async fn keep_alive(
     abandoned: Arc<AtomicBool>,
 ) {
     let period = ttl / 3;
-    let mut next = Instant::now() + period;
+    let mut next = saturating_add(Instant::now(), period);
     'stream: loop {
         if abandoned.load(Ordering::SeqCst) {
             return;
@@ -175,7 +179,7 @@ async fn keep_alive(
         let (mut keeper, mut replies) = match opened {
             Ok(Ok(pair)) => pair,
             Ok(Err(_)) => {
-                let retry = (Instant::now() + Duration::from_millis(100)).min(deadline);
+                let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
                 tokio::time::sleep_until(retry.into()).await;
                 if Instant::now() >= state.deadline() {
                     state.fire();
@@ -205,7 +209,7 @@ async fn keep_alive(
             match tokio::time::timeout_at(state.deadline().into(), replies.message()).await {
                 Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
                     state.renewed(sent, Duration::from_secs(u64::try_from(reply.ttl()).unwrap_or(0)));
-                    next = sent + period;
+                    next = saturating_add(sent, period);
                 }
                 // TTL 0: the lease expired or was revoked.
                 Ok(Ok(Some(_))) => {
@@ -234,5 +238,6 @@ mod tests {
         assert_eq!(lease_seconds(Duration::from_millis(1)), 2);
         assert_eq!(lease_seconds(Duration::from_millis(2500)), 3);
         assert_eq!(lease_seconds(Duration::from_secs(30)), 30);
+        assert_eq!(lease_seconds(Duration::MAX), 100 * 365 * 24 * 3600);
     }
 }

@@ -17,6 +17,7 @@ pub mod scripts;
 
 use std::time::Duration;
 
+use dlock_core::driver::Refusal;
 use dlock_core::{Error, LockKey, Result};
 
 /// What the release and extend scripts found on one server.
@@ -48,19 +49,23 @@ impl Outcome {
         }
     }
 
-    /// `Ok` for [`Outcome::Done`], [`Error::Lost`] for expired,
-    /// [`Error::NotHeld`] for held by another.
+    /// The driver layer's view: done, or which [`Refusal`].
+    pub fn refusal(self) -> dlock_core::driver::Outcome {
+        match self {
+            Outcome::Done => Ok(()),
+            Outcome::Expired => Err(Refusal::Expired),
+            Outcome::HeldByOther => Err(Refusal::HeldByOther),
+        }
+    }
+
+    /// `Ok` for [`Outcome::Done`], else [`Refusal::into_error`]:
+    /// [`Error::Lost`] for expired, [`Error::NotHeld`] for held by another.
     ///
     /// # Errors
     ///
     /// As described.
     pub fn into_result(self, key: &LockKey) -> Result<()> {
-        let key = key.as_str().to_owned();
-        match self {
-            Outcome::Done => Ok(()),
-            Outcome::Expired => Err(Error::Lost { key }),
-            Outcome::HeldByOther => Err(Error::NotHeld { key }),
-        }
+        self.refusal().map_err(|r| r.into_error(key))
     }
 }
 
@@ -95,23 +100,7 @@ fn is_connection_failure(details: &str) -> bool {
 
 /// The URL with any password replaced by `***`.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{scheme}://{hidden}@{host}{tail}")
-        }
-        None => url.to_owned(),
-    }
+    dlock_core::driver::redact_url(url)
 }
 
 /// This machine's name, for lock values (whitespace replaced).
@@ -124,9 +113,13 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
-/// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1.
+/// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and
+/// at most [`FAR_FUTURE`](dlock_core::driver::FAR_FUTURE) (a century: what
+/// Redis takes, and no one can tell the difference).
 pub fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.min(dlock_core::driver::FAR_FUTURE).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 #[cfg(test)]

@@ -52,13 +52,22 @@
 /// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` how long (ms) the
 /// queue outlives its last waiter's attempt. Returns `{1, token}` when granted, `{0, pttl}` when held
 /// (`pttl` = -1 if the holder set no expiry). A lock key holding another
-/// type is a `WRONGTYPE` error.
+/// type is a `WRONGTYPE` error; a fence counter that is not a number below
+/// 2^53 (set by someone else: NaN, negative, too large for exact Lua
+/// numbers) is an error before anything is granted. `redis.replicate_commands`
+/// (a no-op since Redis 5) lets Redis 3.2-4 write after `TIME`.
 pub const ACQUIRE: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
 local waiter = ARGV[3]
+local stored = redis.call('GET', KEYS[2])
+local counter = tonumber(stored) or 0
+if counter ~= counter or counter < 0 or counter >= 9007199254740991 then
+  return redis.error_reply('ERR dlock: the fence counter ' .. KEYS[2] .. ' holds ' .. tostring(stored) .. ', not a token below 2^53')
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now)
+  local token = math.max(counter + 1, now)
   redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', 86400000)
   if waiter and waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)

@@ -46,7 +46,7 @@ impl RedisGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, signal) = Validity::new(sent, ttl);
+        let (validity, signal) = Validity::new(sent, ttl, dlock_core::driver::Drift::DEFAULT);
         let keeper = {
             let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
             tokio::spawn(keep(
@@ -127,6 +127,7 @@ impl Guard for RedisGuard {
             ));
         }
         let ttl = ttl.max(crate::MIN_TTL);
+        let _permit = self.validity.renewal().await;
         let sent = Instant::now();
         let outcome = self.lock.run_extend(&self.lock_key, &self.value, ttl).await?;
         match outcome {
@@ -151,14 +152,16 @@ impl Guard for RedisGuard {
     /// the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
         self.keeper.abort();
-        self.released = true;
         if self.lock.is_abandoned() {
+            self.released = true;
             return Err(Error::unavailable(
                 crate::lock::BACKEND,
                 "this RedisLock was abandoned",
             ));
         }
+        // On an error (or a dropped future), Drop retries in the background.
         let outcome = self.lock.run_release(&self.lock_key, &self.value).await?;
+        self.released = true;
         self.validity.fire_lost();
         outcome.into_result(&self.key)
     }
@@ -171,6 +174,7 @@ impl Drop for RedisGuard {
             self.lock.release_in_background(
                 std::mem::take(&mut self.lock_key),
                 std::mem::take(&mut self.value),
+                self.validity.deadline(),
             );
         }
     }

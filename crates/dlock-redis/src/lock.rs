@@ -108,7 +108,7 @@ impl Holder {
     pub fn since(&self) -> Option<SystemTime> {
         self.info
             .as_ref()
-            .map(|i| UNIX_EPOCH + Duration::from_millis(i.since_unix_ms))
+            .and_then(|i| UNIX_EPOCH.checked_add(Duration::from_millis(i.since_unix_ms)))
     }
 }
 
@@ -339,6 +339,7 @@ impl RedisLock {
             lock: self,
             lock_key,
             value: &value,
+            ttl,
             armed: true,
         };
         let sent = Instant::now();
@@ -363,21 +364,26 @@ impl RedisLock {
             )
             .await
             .map_err(map_err)?;
-        cleanup.armed = false;
-        drop(cleanup);
+        // Disarmed only for a reply we understood: a grant whose token we
+        // refuse is released in the background.
         match reply.as_slice() {
             [1, token] => {
                 let token = u64::try_from(*token)
                     .map_err(|_| Error::backend(BACKEND, format!("negative fencing token {token}")))?;
+                cleanup.armed = false;
+                drop(cleanup);
                 Ok(Attempt::Granted {
                     token: FencingToken::new(token),
                     value,
                     sent,
                 })
             }
-            [0, pttl] => Ok(Attempt::Held {
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
+            [0, pttl] => {
+                cleanup.armed = false;
+                Ok(Attempt::Held {
+                    pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                })
+            }
             other => Err(Error::backend(
                 BACKEND,
                 format!("unexpected acquire reply {other:?}"),
@@ -445,16 +451,21 @@ impl RedisLock {
     }
 
     /// Releases in the background (for drops).
-    pub(crate) fn release_in_background(&self, lock_key: String, value: String) {
+    pub(crate) fn release_in_background(&self, lock_key: String, value: String, until: Instant) {
         if self.is_abandoned() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let lock = self.clone();
-            drop(rt.spawn(async move {
-                let _ = lock.run_release(&lock_key, &value).await;
-            }));
-        }
+        let (lock, gone) = (self.clone(), self.clone());
+        dlock_core::driver::clean_up_in_background(
+            format!("redis: release {lock_key}"),
+            // Past the local deadline the key expires on its own.
+            Some(until),
+            move || gone.is_abandoned(),
+            move || {
+                let (lock, lock_key, value) = (lock.clone(), lock_key.clone(), value.clone());
+                async move { lock.run_release(&lock_key, &value).await.map(drop) }
+            },
+        );
     }
 }
 
@@ -464,14 +475,19 @@ struct ReleaseOnDrop<'a> {
     lock: &'a RedisLock,
     lock_key: &'a str,
     value: &'a str,
+    /// The attempt's TTL: a grant it did not see expires within it.
+    ttl: Duration,
     armed: bool,
 }
 
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.lock
-                .release_in_background(self.lock_key.to_owned(), self.value.to_owned());
+            self.lock.release_in_background(
+                self.lock_key.to_owned(),
+                self.value.to_owned(),
+                dlock_core::driver::saturating_add(Instant::now(), self.ttl),
+            );
         }
     }
 }
@@ -498,7 +514,7 @@ fn jittered(bound: Option<Duration>) -> Duration {
     let poll = POLL / 2 + POLL.mul_f64(rand::random::<f64>() / 2.0);
     match bound {
         // Wake right after the holder's TTL runs out.
-        Some(pttl) => poll.min(pttl + Duration::from_millis(1)),
+        Some(pttl) => poll.min(pttl.saturating_add(Duration::from_millis(1))),
         None => poll,
     }
 }
@@ -545,11 +561,7 @@ impl Lock for RedisLock {
         let fence_key =
             scripts::fence_key(&lock_key).unwrap_or_else(|| format!("{{{lock_key}}}{FENCE_SUFFIX}"));
         let ttl = opts.ttl.max(MIN_TTL);
-        let deadline = match opts.wait {
-            Wait::No => Some(started),
-            Wait::For(d) => Some(started + d),
-            Wait::Forever => None,
-        };
+        let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
         let timeout = || Error::Timeout {
             key: key.as_str().to_owned(),
         };
@@ -600,7 +612,7 @@ impl Lock for RedisLock {
                     return grant(granted).ok_or_else(timeout);
                 }
             };
-            let mut wake = Instant::now() + jittered(pttl);
+            let mut wake = dlock_core::driver::saturating_add(Instant::now(), jittered(pttl));
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }

@@ -495,3 +495,25 @@ async fn tokens_keep_increasing_across_a_restart_from_a_snapshot_older_than_the_
     );
     g.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_counter_that_is_not_a_token_refuses_the_grant() {
+    let server = dlock_testkit::launcher::shared::redis().await.unwrap();
+    let url = server.addresses[0].clone();
+    let a: SocketAddr = url.trim_start_matches("redis://").parse().unwrap();
+    let prefix = ns();
+    let lock = RedisLock::connect(RedisConfig::from_url(url).key_prefix(&prefix))
+        .await
+        .unwrap();
+    for (i, bad) in ["nan", "-5", "inf", "9007199254740993"].into_iter().enumerate() {
+        let k = key(&format!("bad-counter-{i}"));
+        let lock_key = lock.redis_key(&k).unwrap();
+        let fence = dlock_redis_protocol::scripts::fence_key(&lock_key).unwrap();
+        assert_eq!(command(a, &["SET", &fence, bad]).await.unwrap(), "+OK");
+        let r = lock.acquire(&k, AcquireOptions::default().wait(Wait::No)).await;
+        assert!(matches!(r, Err(Error::Backend { .. })), "{bad}: {r:?}");
+        // Nothing was granted, and the counter was left as it was.
+        assert_eq!(command(a, &["EXISTS", &lock_key]).await.unwrap(), ":0", "{bad}");
+        command(a, &["DEL", &fence]).await.unwrap();
+    }
+}

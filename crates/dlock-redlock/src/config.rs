@@ -72,7 +72,15 @@ impl RedlockConfig {
 
     /// The drift allowance for a TTL: `ttl x drift_factor + 2 ms`.
     pub fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
+        self.drift_of().of(ttl)
+    }
+
+    /// The same drift as the driver layer's [`Drift`](dlock_core::driver::Drift),
+    /// which the guards' local deadlines use: acquire, extend and the
+    /// guard agree on one validity. (A factor outside `[0, 0.5)` is refused
+    /// by [`validate`](Self::validate); unvalidated, it falls back to the default.)
+    pub fn drift_of(&self) -> dlock_core::driver::Drift {
+        dlock_core::driver::Drift::new(self.drift_factor, Duration::from_millis(2)).unwrap_or_default()
     }
 
     /// Checks the configuration.

@@ -43,7 +43,7 @@ impl RedlockGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, lost) = Validity::new(sent, ttl);
+        let (validity, lost) = Validity::new(sent, ttl, lock.config().drift_of());
         let keeper = {
             let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
             tokio::spawn(keep(
@@ -121,6 +121,7 @@ impl Guard for RedlockGuard {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
         let ttl = ttl.max(MIN_TTL);
+        let _permit = self.validity.renewal().await;
         let sent = Instant::now();
         let tally = self
             .lock

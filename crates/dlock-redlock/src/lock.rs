@@ -166,7 +166,7 @@ impl Redlock {
             }
             let now = Instant::now();
             let done = count == nodes.len()
-                || now >= started + config.connect_timeout
+                || now >= dlock_core::driver::saturating_add(started, config.connect_timeout)
                 || quorum_at.is_some_and(|t| now >= t + grace);
             if done {
                 break up
@@ -536,12 +536,21 @@ impl Redlock {
         if self.is_abandoned() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let lock = self.clone();
-            drop(rt.spawn(async move {
-                lock.release_everywhere(&lock_key, &value).await;
-            }));
-        }
+        let lock = self.clone();
+        // Once, on every node at once: a node that misses it frees the key
+        // by its TTL (Redlock has no single answer to retry against).
+        dlock_core::driver::clean_up_in_background(
+            format!("redlock: release {lock_key}"),
+            None,
+            || false,
+            move || {
+                let (lock, lock_key, value) = (lock.clone(), lock_key.clone(), value.clone());
+                async move {
+                    lock.release_everywhere(&lock_key, &value).await;
+                    Ok(())
+                }
+            },
+        );
     }
 }
 
@@ -607,11 +616,7 @@ impl Lock for Redlock {
         let started = Instant::now();
         let lock_key = self.redis_key(key);
         let ttl = opts.ttl.max(MIN_TTL);
-        let deadline = match opts.wait {
-            Wait::No => Some(started),
-            Wait::For(d) => Some(started + d),
-            Wait::Forever => None,
-        };
+        let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
         let failed = |attempt: Attempt| match attempt {
             Attempt::Contended { .. } => Error::Timeout {
                 key: key.as_str().to_owned(),
@@ -676,7 +681,7 @@ impl Lock for Redlock {
             if let Attempt::Contended { pttl: Some(p), .. } = &last {
                 delay = delay.min(*p + Duration::from_millis(1));
             }
-            let mut wake = Instant::now() + delay;
+            let mut wake = dlock_core::driver::saturating_add(Instant::now(), delay);
             if let Some(d) = deadline {
                 if Instant::now() >= d {
                     return Err(failed(last));

@@ -136,7 +136,7 @@ impl NaiveLock {
             ttl
         };
         let owner = t.last_owner;
-        let deadline = Instant::now() + ttl;
+        let deadline = dlock_core::driver::saturating_add(Instant::now(), ttl);
         t.entries.insert(key.clone(), Entry { owner, deadline });
         Some((owner, FencingToken::new(token), deadline))
     }
@@ -168,7 +168,7 @@ impl NaiveLock {
     fn extend_owner(&self, key: &LockKey, owner: u64, ttl: Duration) -> Result<Instant> {
         let mut t = self.table();
         let entry = t.live(key);
-        let deadline = Instant::now() + ttl;
+        let deadline = dlock_core::driver::saturating_add(Instant::now(), ttl);
         match entry {
             Some(e) if e.owner == owner => {
                 t.entries.insert(key.clone(), Entry { owner, deadline });
@@ -196,7 +196,9 @@ impl NaiveLock {
     ) -> NaiveGuard {
         let (trigger, signal) = LostSignal::pair();
         let state = Arc::new(Mutex::new(
-            deadline.checked_sub(drift(opts.ttl)).unwrap_or(deadline),
+            deadline
+                .checked_sub(drift(opts.ttl.min(dlock_core::driver::FAR_FUTURE)))
+                .unwrap_or(deadline),
         ));
         let monitor = tokio::spawn(monitor(
             self.clone(),
@@ -240,12 +242,13 @@ async fn monitor(
             return;
         }
         let deadline = *local_deadline.lock().unwrap_or_else(PoisonError::into_inner);
-        let renew_due = opts.auto_extend && Instant::now() + opts.ttl * 2 / 3 >= deadline;
+        let renew_due = opts.auto_extend
+            && dlock_core::driver::saturating_add(Instant::now(), opts.ttl * 2 / 3) >= deadline;
         if renew_due {
             let sent = Instant::now();
             match lock.extend_owner(&key, owner, opts.ttl) {
                 Ok(_) => {
-                    let d = (sent + opts.ttl).checked_sub(drift(opts.ttl)).unwrap_or(sent);
+                    let d = dlock_core::driver::Drift::DEFAULT.deadline(sent, opts.ttl);
                     *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
                 }
                 Err(_) => return fire(&lost),
@@ -276,7 +279,7 @@ impl Lock for NaiveLock {
         }
         let deadline = match opts.wait {
             Wait::No => None,
-            Wait::For(d) => Some(started + d),
+            Wait::For(d) => Some(dlock_core::driver::saturating_add(started, d)),
             Wait::Forever => Some(started + Duration::from_secs(86_400)),
         };
         let Some(deadline) = deadline else {
@@ -353,7 +356,7 @@ impl Guard for NaiveGuard {
         self.lock.check_up()?;
         let sent = Instant::now();
         self.lock.extend_owner(&self.key, self.owner, ttl)?;
-        let d = (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent);
+        let d = dlock_core::driver::Drift::DEFAULT.deadline(sent, ttl);
         *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
         Ok(())
     }

@@ -58,6 +58,7 @@ macro_rules! __with_scenarios {
             try_acquire_race,
             extend_keeps_lock,
             namespace_clean_after_use,
+            huge_durations_are_safe,
         }
     };
 }

@@ -945,3 +945,42 @@ pub async fn namespace_clean_after_use<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     ctx.await_clean().await?;
     Ok(Verdict::Passed)
 }
+
+/// Waits and TTLs too large for the clock (`Duration::MAX`) never panic: a
+/// wait that large means "no deadline"; a TTL that large is granted or
+/// refused with an error, and its guard behaves.
+pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let t = ctx.timing();
+    let k = ctx.key("huge");
+    let g = a
+        .acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(Duration::MAX)))
+        .await?;
+    // A huge wait on a held key waits (cancelled here), it does not panic.
+    let waited = tokio::time::timeout(
+        t.slack.min(Duration::from_millis(300)),
+        b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(Duration::MAX))),
+    )
+    .await;
+    ensure!(waited.is_err(), "a held key was granted to a waiter");
+    g.release().await?;
+    for auto_extend in [true, false] {
+        let k = ctx.key(&format!("huge-ttl-{auto_extend}"));
+        match a
+            .acquire(&k, ctx.opts(Duration::MAX).auto_extend(auto_extend))
+            .await
+        {
+            Ok(g) => {
+                ensure!(g.is_held(), "a grant with a huge TTL is not held");
+                g.extend(Duration::MAX).await.or_else(|e| match e {
+                    Error::InvalidConfig(_) | Error::Backend { .. } => Ok(()),
+                    e => Err(e),
+                })?;
+                g.release().await?;
+            }
+            Err(Error::InvalidConfig(_) | Error::Backend { .. }) => {}
+            Err(e) => return Err(Failure(format!("a huge TTL failed oddly: {e:?}"))),
+        }
+    }
+    Ok(Verdict::Passed)
+}

@@ -3,9 +3,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock_core::{
-    AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result, drift,
-};
+use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -46,7 +44,11 @@ async fn node_deleted(session: &Session, path: &str) {
         let Ok(client) = session.client() else {
             return std::future::pending().await;
         };
-        match client.check_and_watch_stat(path).await {
+        let looked = client.check_and_watch_stat(path).await;
+        // No client kept across the wait: an abandoned handle must drop its
+        // connection (that is how a crash is simulated).
+        drop(client);
+        match looked {
             Ok((None, _)) => return,
             Ok((Some(_), watcher)) => {
                 if watcher.changed().await.event_type == zookeeper_client::EventType::NodeDeleted {
@@ -62,7 +64,7 @@ async fn node_deleted(session: &Session, path: &str) {
 }
 
 fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
-    (sent + ttl).checked_sub(drift(ttl)).unwrap_or(sent)
+    dlock_core::driver::Drift::DEFAULT.deadline(sent, ttl)
 }
 
 impl ZkGuard {

@@ -108,13 +108,15 @@ impl ZkLock {
         &self.inner.config
     }
 
-    /// The live session, opening a new one if the last one expired.
+    /// The live session, opening a new one if the last one expired or is
+    /// past its own deadline (the server may have expired it; its guards
+    /// were told `lost()`, and it ends by itself).
     pub(crate) async fn session(&self) -> Result<Arc<Session>> {
         if self.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this ZkLock was abandoned"));
         }
         let mut current = self.inner.session.lock().await;
-        if !current.alive() {
+        if !current.alive() || current.deadline() <= Instant::now() {
             *current = Session::open(&self.inner.config).await?;
         }
         Ok(Arc::clone(&current))
@@ -390,7 +392,7 @@ impl Lock for ZkLock {
         let path = format!("{dir}/{name}");
         let waited = match opts.wait {
             Wait::No => match recipe::place(&client, &dir, &name, timeout).await? {
-                recipe::Place::First => Ok(()),
+                recipe::Place::First => Ok(sent),
                 recipe::Place::Gone => Err(Error::Lost {
                     key: key.as_str().to_owned(),
                 }),
@@ -411,7 +413,8 @@ impl Lock for ZkLock {
             }
             Wait::Forever => recipe::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
         };
-        waited?;
+        // The server answered a request sent then: the session lived.
+        session.answered(waited?);
         if !session.alive() {
             return Err(Error::Lost {
                 key: key.as_str().to_owned(),

@@ -132,7 +132,8 @@ pub(crate) async fn place(client: &Client, dir: &str, me: &str, timeout: Duratio
 }
 
 /// Waits until our node `me` is first under `dir`: watches the immediate
-/// predecessor until it changes, then looks again.
+/// predecessor until it changes, then looks again. Returns when the look
+/// that found us first was sent (the server answered it: the session lived).
 ///
 /// # Errors
 ///
@@ -147,10 +148,11 @@ pub(crate) async fn wait_first(
     me: &str,
     key: &str,
     timeout: Duration,
-) -> Result<()> {
+) -> Result<std::time::Instant> {
     loop {
+        let sent = std::time::Instant::now();
         match place(client, dir, me, timeout).await? {
-            Place::First => return Ok(()),
+            Place::First => return Ok(sent),
             Place::Gone => return Err(Error::Lost { key: key.to_owned() }),
             Place::After(predecessor) => {
                 let path = format!("{dir}/{predecessor}");

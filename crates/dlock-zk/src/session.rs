@@ -13,6 +13,12 @@ use zookeeper_client::{Client, SessionState};
 use crate::config::ZkConfig;
 use crate::lock::{BACKEND, map_err};
 
+/// The slack taken off the session timeout: a tenth of it (plus 2 ms). More
+/// than the lock drift, because the server rounds session expiry to its
+/// ticks and, in an ensemble, learns of a client's requests from its
+/// follower only at the follower's next tick.
+const SESSION_DRIFT: Drift = Drift::with_factor_tenth();
+
 /// One session. Curator's words for its states: while disconnected the
 /// session is SUSPENDED (`connected()` false: a holder cannot be sure it still
 /// holds); when it expires it is LOST (`lost()` fires: the server deleted the
@@ -46,7 +52,10 @@ impl Session {
         let sent = Instant::now();
         let mut connector = Client::connector()
             .with_session_timeout(config.session_timeout)
-            .with_connection_timeout(config.connect_timeout)
+            // Also how long the library waits for a silent server before it
+            // reconnects: at most a fifth of the session, so a short outage
+            // heals well before the session's own deadline.
+            .with_connection_timeout(config.connect_timeout.min(config.session_timeout / 5))
             // Dropping the last handle must not close the session: a crash is
             // simulated that way (`abandon`), and a closed session would look
             // like a clean release to everyone else.
@@ -114,7 +123,7 @@ impl Session {
     /// of the last answered request, plus the timeout, minus drift.
     pub(crate) fn deadline(&self) -> Instant {
         let heard = *self.heard.lock().unwrap_or_else(PoisonError::into_inner);
-        Drift::DEFAULT.deadline(heard, self.timeout)
+        SESSION_DRIFT.deadline(heard, self.timeout)
     }
 
     /// Resolves when the session's deadline has passed (it may have expired
@@ -129,6 +138,10 @@ impl Session {
                 return;
             }
             let news = self.news.notified();
+            // Re-read after arming: an answer in between moved the deadline.
+            if self.deadline() != at {
+                continue;
+            }
             let ended = self.signal.clone();
             tokio::select! {
                 () = tokio::time::sleep_until(at.into()) => {}
@@ -236,22 +249,26 @@ async fn heartbeat(session: Weak<Session>) {
                 s.request_timeout,
             )
         };
+        let news = match session.upgrade() {
+            Some(s) => Arc::clone(&s.news),
+            None => return,
+        };
+        // Armed before the request: a reconnection during it is not missed.
+        let reconnected = news.notified();
         let sent = Instant::now();
-        let answered = matches!(
-            tokio::time::timeout(timeout.min(period * 5), client.check_stat("/")).await,
-            Ok(Ok(_))
-        );
+        // `sync` goes through the leader: a follower cut off from it cannot
+        // answer, so an answer means the ensemble still hears us.
+        let answered = tokio::time::timeout(timeout.min(period * 5), client.sync("/"))
+            .await
+            .is_ok_and(|r| r.is_ok());
         drop(client);
         let Some(s) = session.upgrade() else {
             return;
         };
         if answered {
             s.answered(sent);
-            s.news.notify_waiters();
         }
-        let news = Arc::clone(&s.news);
         drop(s);
-        let reconnected = news.notified();
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             () = reconnected => {}

@@ -136,23 +136,7 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
 
 /// The URL with any password replaced by `***` (for messages and logs).
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (auth, tail) = rest.split_at(end);
-    match auth.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{scheme}://{hidden}@{hosts}{tail}")
-        }
-        None => url.to_owned(),
-    }
+    dlock_core::driver::redact_url(url)
 }
 
 fn with_port(host: &str, port: u16) -> String {

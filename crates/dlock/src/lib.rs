@@ -178,7 +178,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>
 #[allow(dead_code)]
 fn since_from_detail(detail: &str) -> Option<SystemTime> {
     let ms: u64 = detail.rsplit(' ').next()?.parse().ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.

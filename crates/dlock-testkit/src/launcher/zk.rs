@@ -63,7 +63,7 @@ impl ZooKeeper {
             let mut cfg = format!(
                 "tickTime={tick}\ninitLimit=40\nsyncLimit=20\ndataDir={}\nclientPort={}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
-                 maxSessionTimeout=120000\nmaxClientCnxns=0\n",
+                 maxSessionTimeout=120000\nmaxClientCnxns=0\nforceSync=no\n",
                 data.display(),
                 client_port
             );
