@@ -22,6 +22,11 @@ pub struct EtcdGuard {
     my_key: String,
     my_rev: i64,
     session: Mutex<Arc<Session>>,
+    /// Fresh leases an extend tried to move the key onto without learning
+    /// whether it did (a lost reply, a dropped future): the key is on one of
+    /// them or on `session`, so all must live for the guard to hold, and
+    /// none is revoked while the guard lives.
+    pending: Mutex<Vec<(Arc<Session>, JoinHandle<()>)>>,
     lost: LostSignal,
     trigger: LostTrigger,
     watcher: Mutex<JoinHandle<()>>,
@@ -53,6 +58,7 @@ impl EtcdGuard {
             my_key,
             my_rev,
             session: Mutex::new(session),
+            pending: Mutex::new(Vec::new()),
             lost,
             trigger,
             watcher: Mutex::new(watcher),
@@ -72,6 +78,28 @@ impl EtcdGuard {
 
     fn session(&self) -> Arc<Session> {
         Arc::clone(&self.session.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// `true` while every lease of an extend whose outcome is unknown lives.
+    fn pending_alive(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .all(|(s, _)| s.is_alive())
+    }
+
+    /// Forgets pending leases that `keep` refuses (the key is known not to
+    /// be on them); each is revoked when its last user drops it.
+    fn forget_pending(&self, keep: impl Fn(&Session) -> bool) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.retain(|(s, follower)| {
+            let kept = keep(s);
+            if !kept {
+                follower.abort();
+            }
+            kept
+        });
     }
 
     /// Writes `value` at `key` in etcd **only if this guard still holds the
@@ -143,7 +171,7 @@ impl Guard for EtcdGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session().is_alive()
+        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session().is_alive() && self.pending_alive()
     }
 
     /// See [`Guard::extend`]. On a shared session the lease is kept alive
@@ -189,9 +217,18 @@ impl Guard for EtcdGuard {
                 Arc::clone(&self.lock.inner.abandoned),
             )
             .await?;
+            // Until the answer is in, the key may be on either lease: the
+            // fresh one is kept (not revoked) and watched too, also if this
+            // future is dropped.
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((Arc::clone(&fresh), follow(&fresh, &self.trigger)));
             let found =
                 recipe::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
             if found == Resigned::Done {
+                // The key is on the fresh lease, on no other.
+                self.forget_pending(|_| false);
                 let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
                 watcher.abort();
@@ -199,6 +236,9 @@ impl Guard for EtcdGuard {
                 // The old lease is revoked when its session drops: our key is
                 // no longer on it.
                 *session = fresh;
+            } else {
+                // Not moved: the key is not on the fresh lease.
+                self.forget_pending(|s| s.lease != fresh.lease);
             }
             found
         };
@@ -240,6 +280,7 @@ impl Drop for EtcdGuard {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .abort();
+        self.forget_pending(|_| false);
         if !self.released {
             let session = self.session();
             self.lock

@@ -9,7 +9,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
 use crate::guard::EtcdGuard;
-use crate::recipe::{self, bounded};
+use crate::recipe::{self, Resigned, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 
 pub(crate) const BACKEND: &str = "etcd";
@@ -71,6 +71,9 @@ pub(crate) struct Inner {
     pub(crate) config: EtcdConfig,
     /// The shared, kept-alive sessions: one per lease TTL.
     sessions: Mutex<Vec<Arc<Session>>>,
+    /// Held while a shared session is opened, so racing first acquires open
+    /// one, not one each.
+    opening: tokio::sync::Mutex<()>,
     pub(crate) abandoned: Arc<AtomicBool>,
     host: String,
 }
@@ -178,6 +181,7 @@ impl EtcdLock {
                 client,
                 config,
                 sessions: Mutex::default(),
+                opening: tokio::sync::Mutex::new(()),
                 abandoned: Arc::default(),
                 host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
@@ -262,22 +266,28 @@ impl EtcdLock {
         self.inner.abandoned.load(Ordering::SeqCst)
     }
 
-    /// A session for an acquire: the shared, kept-alive one of this TTL (a
-    /// new one if there is none alive), or, without auto-extend, a lease of
-    /// its own.
-    pub(crate) async fn session(&self, ttl: Duration, auto_extend: bool) -> Result<Arc<Session>> {
+    /// The shared, kept-alive session of this TTL for an acquire (a new one
+    /// if there is none alive).
+    pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let timeout = self.inner.config.request_timeout;
         let abandoned = Arc::clone(&self.inner.abandoned);
-        if !auto_extend {
-            return Session::open(&self.inner.client, ttl, false, timeout, abandoned).await;
-        }
+        // Matched on the TTL asked for, not the one granted: a server that
+        // grants another TTL must not get a new lease per acquire.
         let wanted = lease_seconds(ttl);
-        {
+        let find = || {
             let mut sessions = self.inner.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             sessions.retain(|s| s.is_alive());
-            if let Some(s) = sessions.iter().find(|s| s.lease_seconds() == wanted) {
-                return Ok(Arc::clone(s));
-            }
+            sessions
+                .iter()
+                .find(|s| s.asked_seconds == wanted)
+                .map(Arc::clone)
+        };
+        if let Some(s) = find() {
+            return Ok(s);
+        }
+        let _opening = self.inner.opening.lock().await;
+        if let Some(s) = find() {
+            return Ok(s);
         }
         let session = Session::open(&self.inner.client, ttl, true, timeout, abandoned).await?;
         self.inner
@@ -387,7 +397,11 @@ impl Lock for EtcdLock {
         let timeout = self.inner.config.request_timeout;
         let client = &self.inner.client;
         let pfx = self.lock_prefix(key);
-        let session = self.session(opts.ttl.max(MIN_TTL), opts.auto_extend).await?;
+        let ttl = opts.ttl.max(MIN_TTL);
+        // Waiting happens on a kept-alive lease whatever the options: a wait
+        // may outlast the TTL (without auto-extend, the grant moves onto a
+        // lease of its own below, so its TTL counts from the grant).
+        let session = self.session(ttl).await?;
         let lease = session.lease;
         let my_key = format!("{pfx}{lease:x}-{:x}", session.next_attempt());
         let mut cleanup = ResignOnDrop {
@@ -424,6 +438,20 @@ impl Lock for EtcdLock {
                 });
             }
         }
+        let session = if opts.auto_extend {
+            Arc::clone(&session)
+        } else {
+            let own = Session::open(client, ttl, false, timeout, Arc::clone(&self.inner.abandoned)).await?;
+            // On an error here the clean-up (armed) deletes the key by revision.
+            match recipe::move_to_lease(client, &my_key, my_rev, own.lease, timeout).await? {
+                Resigned::Done => own,
+                Resigned::Gone | Resigned::Other => {
+                    return Err(Error::Lost {
+                        key: key.as_str().to_owned(),
+                    });
+                }
+            }
+        };
         cleanup.armed = false;
         drop(cleanup);
         Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, session))

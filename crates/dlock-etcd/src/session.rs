@@ -52,6 +52,9 @@ impl LeaseState {
 pub(crate) struct Session {
     pub(crate) lease: i64,
     pub(crate) ttl: Duration,
+    /// The lease TTL asked for, in etcd's whole seconds (the server may
+    /// grant another).
+    pub(crate) asked_seconds: i64,
     pub(crate) kept_alive: bool,
     state: Arc<LeaseState>,
     task: JoinHandle<()>,
@@ -82,7 +85,7 @@ impl Session {
         timeout: Duration,
         abandoned: Arc<AtomicBool>,
     ) -> Result<Arc<Self>> {
-        let sent = Instant::now();
+        let (sent, asked) = (Instant::now(), ttl);
         let granted = bounded(timeout, client.clone().lease_grant(lease_seconds(ttl), None)).await?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
         let (lost, signal) = LostSignal::pair();
@@ -109,6 +112,7 @@ impl Session {
         Ok(Arc::new(Session {
             lease: granted.id(),
             ttl,
+            asked_seconds: lease_seconds(asked),
             kept_alive,
             state,
             task,
@@ -122,11 +126,6 @@ impl Session {
     /// A number unique among this session's acquires.
     pub(crate) fn next_attempt(&self) -> u64 {
         self.attempts.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The lease TTL in whole seconds.
-    pub(crate) fn lease_seconds(&self) -> i64 {
-        i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX)
     }
 
     /// `true` while the lease is known to be alive.

@@ -306,3 +306,119 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
     .await;
     drop(waiter);
 }
+
+/// Without auto-extend, `extend` moves the key onto a fresh lease. When the
+/// move commits but its answer never arrives (the future dropped while the
+/// reply is on its way), the fresh lease must not be revoked under the key
+/// while `is_held()` says the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_whose_answer_is_lost_does_not_delete_the_key() {
+    use dlock_testkit::launcher::{Fault, FaultProxy};
+    let f = common::EtcdFactory::shared().await;
+    let endpoint = f.config.endpoints[0].trim_start_matches("http://");
+    let proxy = FaultProxy::start(endpoint.parse().unwrap()).await.unwrap();
+    let config =
+        EtcdConfig::new([proxy.addr().to_string()]).timeouts(Duration::from_secs(5), Duration::from_secs(20));
+    let lock = EtcdLock::connect(config).await.unwrap();
+    let k = key(&unique("extend-lost"));
+    let ttl = Duration::from_secs(20);
+    let g = lock
+        .acquire(&k, AcquireOptions::default().ttl(ttl).auto_extend(false))
+        .await
+        .unwrap();
+    let lease_before = g.lease();
+    // Slow the link (a second each way); watch the server directly; drop the
+    // extend the moment its move is applied: its answer is still on the way.
+    proxy.set(Fault::Delay(Duration::from_secs(1)));
+    let moved = async {
+        loop {
+            let h = f.admin.holder(&k).await.unwrap();
+            if h.is_none_or(|h| h.lease != lease_before) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        r = g.extend(ttl) => panic!("the extend finished before it was cut: {r:?}"),
+        () = moved => {}
+        () = tokio::time::sleep(LIMIT) => panic!("the move did not land within {LIMIT:?}"),
+    }
+    proxy.set(Fault::None);
+    // For a few seconds (the revoke of a dropped fresh lease would land in
+    // this window): whenever the guard says held, the key is there.
+    let watch_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < watch_until {
+        let held = g.is_held();
+        let there = f
+            .admin
+            .holder(&k)
+            .await
+            .unwrap()
+            .is_some_and(|h| h.key == g.etcd_key());
+        assert!(there || !held, "is_held() is true but the key is gone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(g.is_held());
+    g.release().await.unwrap();
+}
+
+/// Racing first acquires of one handle share one lease (one session), not
+/// one lease, keep-alive stream and task each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_first_acquires_share_one_lease() {
+    let f = common::EtcdFactory::shared().await;
+    let lock = EtcdLock::connect(f.config.clone()).await.unwrap();
+    let base = unique("race");
+    let keys: Vec<LockKey> = (0..8).map(|i| key(&format!("{base}/{i}"))).collect();
+    let guards =
+        futures::future::join_all(keys.iter().map(|k| lock.acquire(k, AcquireOptions::default()))).await;
+    let leases: std::collections::BTreeSet<i64> =
+        guards.iter().map(|g| g.as_ref().unwrap().lease()).collect();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    for g in guards {
+        g.unwrap().release().await.unwrap();
+    }
+}
+
+/// Without auto-extend, a grant keeps its whole TTL however long it waited:
+/// the lease must not start (and run out) while the waiter waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_ttl_is_granted_the_whole_ttl() {
+    let f = common::EtcdFactory::shared().await;
+    let (a, b) = (
+        f.admin.clone(),
+        EtcdLock::connect(f.config.clone()).await.unwrap(),
+    );
+    let k = key(&unique("long-wait"));
+    let g = a.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let waiting = Instant::now();
+    let w = {
+        let (b, k) = (b.clone(), k.clone());
+        tokio::spawn(async move {
+            b.acquire(
+                &k,
+                AcquireOptions::default()
+                    .ttl(ttl)
+                    .auto_extend(false)
+                    .wait(Wait::Forever),
+            )
+            .await
+        })
+    };
+    until("the waiter to queue", async || {
+        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+    })
+    .await;
+    // Held past the waiter's TTL (and etcd's lease granularity).
+    until("the wait to outlast the TTL", async || {
+        waiting.elapsed() > ttl + Duration::from_secs(2)
+    })
+    .await;
+    g.release().await.unwrap();
+    let granted = tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
+    let g2 = granted.expect("a long wait ended in an error");
+    assert!(g2.is_held());
+    g2.release().await.unwrap();
+}

@@ -413,3 +413,32 @@ async fn a_release_names_the_first_queued_waiter_on_every_node() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The guard's local deadline uses the configured drift, as the acquire's
+/// validity does: with a drift factor of 0.4, a 2 s grant is valid for at
+/// most 1.2 s, and `is_held()` must say so (it used the core 1 %).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_uses_the_configured_drift() {
+    let nodes = Nodes::start().await;
+    let mut config = nodes.config();
+    config.drift_factor = 0.4;
+    let lock = Redlock::connect(config).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let sent = Instant::now();
+    let g = lock
+        .acquire(
+            &key("drift"),
+            AcquireOptions::default().ttl(ttl).auto_extend(false),
+        )
+        .await
+        .unwrap();
+    // ttl - drift = 2 s - (0.8 s + 2 ms), counted from before the send.
+    let valid_until = sent + ttl - ttl.mul_f64(0.4);
+    while Instant::now() < valid_until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!g.is_held(), "held past the validity the acquire computed");
+    tokio::time::timeout(LIMIT, g.lost().wait())
+        .await
+        .expect("lost() past the validity");
+}
