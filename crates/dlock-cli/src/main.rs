@@ -40,7 +40,8 @@ Exit codes of `dlock run`:
   the command's own code   the command ran under the lock and exited (128+N if killed by signal N)
   2                        bad arguments or configuration
   69                       the lock backend could not be reached
-  75                       not acquired: held by someone else past --wait (or at once with --no-wait)
+  75                       not acquired: held by someone else past --wait (or at once with --no-wait),
+                           or our place in line vanished while waiting
   76                       the lock was lost while the command ran; it got SIGTERM (SIGKILL after --grace)
   127                      the command could not be started
 
@@ -243,6 +244,9 @@ async fn run(
             };
             return fail(exit::NOT_ACQUIRED, format!("{key} not acquired{who}"));
         }
+        // Our place in line vanished while we waited: not acquired, and
+        // nothing ran (76 means "lost while the command ran").
+        Err(e @ Error::Lost { .. }) => return fail(exit::NOT_ACQUIRED, format!("{key} not acquired: {e}")),
         Err(e) => return fail(code_for(&e), e),
     };
     let Some(program) = command.first() else {

@@ -110,7 +110,10 @@ impl EtcdLock {
             .with_connect_timeout(config.dial_timeout)
             .with_timeout(config.request_timeout)
             .with_keep_alive(Duration::from_secs(2), config.request_timeout)
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive_while_idle(true)
+            // A member cut off from its leader refuses (its data may be
+            // stale; a watch on it could hang until the partition heals).
+            .with_require_leader(true);
         if let (Some(user), Some(password)) = (&config.user, &config.password) {
             options = options.with_user(user.clone(), password.clone());
         } else if let Some(user) = &config.user {
@@ -419,7 +422,7 @@ impl Lock for EtcdLock {
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
                         dlock_core::driver::saturating_add(started, d).into(),
-                        recipe::wait_for_predecessors(client, &pfx, &my_key, my_rev, timeout),
+                        wait_in_line(client, &pfx, &my_key, my_rev, timeout, &session),
                     )
                     .await;
                     match waited {
@@ -427,9 +430,7 @@ impl Lock for EtcdLock {
                         Err(_) => return Err(timed_out(&mut cleanup, key).await),
                     }
                 }
-                Wait::Forever => {
-                    recipe::wait_for_predecessors(client, &pfx, &my_key, my_rev, timeout).await?
-                }
+                Wait::Forever => wait_in_line(client, &pfx, &my_key, my_rev, timeout, &session).await?,
             };
             // etcd #11456: only a key that survived the wait may take the lock.
             if !survived || !session.is_alive() {
@@ -455,6 +456,23 @@ impl Lock for EtcdLock {
         cleanup.armed = false;
         drop(cleanup);
         Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, session))
+    }
+}
+
+/// Waits for our predecessors to go, or for our own lease to end (then our
+/// key is gone: `Ok(false)`, whatever the predecessors do).
+async fn wait_in_line(
+    client: &Client,
+    pfx: &str,
+    my_key: &str,
+    my_rev: i64,
+    timeout: Duration,
+    session: &Session,
+) -> Result<bool> {
+    let ended = session.lost();
+    tokio::select! {
+        r = recipe::wait_for_predecessors(client, pfx, my_key, my_rev, timeout) => r,
+        () = ended.wait() => Ok(false),
     }
 }
 

@@ -422,3 +422,46 @@ async fn a_wait_longer_than_the_ttl_is_granted_the_whole_ttl() {
     assert!(g2.is_held());
     g2.release().await.unwrap();
 }
+
+/// A waiter whose own lease ends while it waits is told at once (`Lost`),
+/// not when the holder finally lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_lease_ends_is_told_at_once() {
+    let f = common::EtcdFactory::shared().await;
+    let (a, b) = (
+        f.admin.clone(),
+        EtcdLock::connect(f.config.clone()).await.unwrap(),
+    );
+    let k = key(&unique("waiter-lease"));
+    let g = a.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let w = {
+        let (b, k) = (b.clone(), k.clone());
+        tokio::spawn(async move { b.acquire(&k, AcquireOptions::default()).await })
+    };
+    until("the waiter to queue", async || {
+        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+    })
+    .await;
+    // The waiter's key is `{prefix}{name}/{lease:x}-{n}`: revoke that lease.
+    let keys = a.contender_keys(k.as_str()).await.unwrap();
+    let theirs = keys
+        .iter()
+        .find(|key| !key.ends_with(g.etcd_key().rsplit('/').next().unwrap()))
+        .unwrap();
+    let lease = theirs
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    etcdctl(&f.config.endpoints, &["lease", "revoke", &lease]).unwrap();
+    let r = tokio::time::timeout(LIMIT, w)
+        .await
+        .expect("the waiter hung while its lease was gone")
+        .unwrap();
+    assert!(matches!(r, Err(Error::Lost { .. })), "{:?}", r.map(|g| g.token()));
+    assert!(g.is_held());
+    g.release().await.unwrap();
+}

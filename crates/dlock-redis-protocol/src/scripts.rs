@@ -223,6 +223,26 @@ pub fn companion_key(lock_key: &str, suffix: &str) -> String {
     }
 }
 
+/// The suffixes of the companion keys; a lock key holding one could *be*
+/// another lock's companion (`{u}a:dlock-fence` is the fence counter of
+/// `{u}a`).
+pub const SUFFIXES: [&str; 3] = [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX];
+
+/// `Err(reason)` when `lock_key` could collide with the layout's own
+/// companion keys.
+///
+/// # Errors
+///
+/// The reason, for an [`InvalidKey`](dlock_core::Error::InvalidKey).
+pub fn check_layout(lock_key: &str) -> Result<(), String> {
+    match SUFFIXES.iter().find(|s| lock_key.contains(*s)) {
+        Some(s) => Err(format!(
+            "{lock_key:?} holds {s:?}, the suffix of dlock's own companion keys: it could be another lock's"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The prefix of release channels.
 pub const CHANNEL_PREFIX: &str = "dlock:released:";
 
@@ -318,6 +338,14 @@ mod tests {
         assert_eq!(fence_key("a}b"), None);
         assert_eq!(fence_key("a{b").as_deref(), Some("{a{b}:dlock-fence"));
         assert_eq!(hash_tag("{a{b}:dlock-fence"), Some("a{b"));
+    }
+
+    #[test]
+    fn names_that_could_be_companion_keys_are_refused() {
+        assert!(check_layout("dlock:job").is_ok());
+        assert!(check_layout("{u}a:dlock-fence").is_err());
+        assert!(check_layout("{dlock:a}:dlock-queue").is_err());
+        assert!(check_layout("x:dlock-seen:y").is_err());
     }
 
     #[test]

@@ -211,10 +211,13 @@ impl RedisLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] on a Redis Cluster for a key with a `}` but no
-    /// hash tag (its fence counter could not share its slot).
+    /// [`Error::InvalidKey`] for a key holding a companion-key suffix
+    /// (`:dlock-fence`, `:dlock-queue`, `:dlock-seen`: it could be another
+    /// lock's fence counter or queue), and on a Redis Cluster for a key with
+    /// a `}` but no hash tag (its fence counter could not share its slot).
     pub fn redis_key(&self, key: &LockKey) -> Result<String> {
         let lock_key = format!("{}{}", self.inner.config.key_prefix, key.as_str());
+        scripts::check_layout(&lock_key).map_err(|reason| Error::InvalidKey { reason })?;
         if self.inner.config.is_cluster() && scripts::fence_key(&lock_key).is_none() {
             return Err(Error::InvalidKey {
                 reason: format!(

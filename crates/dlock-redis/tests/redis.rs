@@ -517,3 +517,26 @@ async fn a_fence_counter_that_is_not_a_token_refuses_the_grant() {
         command(a, &["DEL", &fence]).await.unwrap();
     }
 }
+
+/// A name whose key could be another lock's fence counter or queue is
+/// refused: `{u}a:dlock-fence` *is* the fence counter of `{u}a`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_collide_with_the_layout_are_invalid() {
+    let server = dlock_testkit::launcher::shared::redis().await.unwrap();
+    let lock = RedisLock::connect(RedisConfig::from_url(server.addresses[0].clone()).key_prefix(""))
+        .await
+        .unwrap();
+    let ns = ns();
+    for name in [
+        format!("{{{ns}}}a:dlock-fence"),
+        format!("{{dlock:{ns}a}}:dlock-queue"),
+        format!("{ns}a:dlock-seen"),
+    ] {
+        let r = lock.try_acquire(&key(&name), AcquireOptions::default()).await;
+        assert!(
+            matches!(r, Err(Error::InvalidKey { .. })),
+            "{name}: {:?}",
+            r.map(|g| g.is_some())
+        );
+    }
+}

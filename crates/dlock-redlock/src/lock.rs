@@ -615,6 +615,7 @@ impl Lock for Redlock {
         }
         let started = Instant::now();
         let lock_key = self.redis_key(key);
+        scripts::check_layout(&lock_key).map_err(|reason| Error::InvalidKey { reason })?;
         let ttl = opts.ttl.max(MIN_TTL);
         let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
         let failed = |attempt: Attempt| match attempt {

@@ -145,6 +145,16 @@ impl ZkLock {
                 reason: format!("{name:?} has {c:?}, which ZooKeeper forbids in node names"),
             });
         }
+        // A deeper segment is a child node of the lock directory above it:
+        // named like a lock node, it would count as a contender there.
+        if let Some(s) = name.split('/').skip(1).find(|s| s.contains(recipe::LOCK_NAME)) {
+            return Err(Error::InvalidKey {
+                reason: format!(
+                    "{name:?} has the path segment {s:?}: under another lock's directory it would look like a contender ({:?})",
+                    recipe::LOCK_NAME
+                ),
+            });
+        }
         Ok(format!("{}/{name}", self.inner.config.root))
     }
 

@@ -416,3 +416,29 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
     .await;
     drop(waiter);
 }
+
+/// `a/x-lock-1` would create a node under `a`'s lock directory that looks
+/// like a contender of `a`: refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_collide_with_the_layout_are_invalid() {
+    let f = common::ZkFactory::shared().await;
+    let base = unique("layout");
+    for name in [
+        format!("{base}/x-lock-1"),
+        format!("{base}/_c_u-lock-0000000001/y"),
+    ] {
+        let r = f.admin.try_acquire(&key(&name), AcquireOptions::default()).await;
+        assert!(
+            matches!(r, Err(Error::InvalidKey { .. })),
+            "{name}: {:?}",
+            r.map(|g| g.is_some())
+        );
+    }
+    // A top-level name may say "lock" as it likes.
+    let g = f
+        .admin
+        .acquire(&key(&format!("{base}-lock-1")), AcquireOptions::default())
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
