@@ -59,7 +59,12 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
         fence: true,
     };
     let schedule = Schedule {
-        kinds: vec![FaultKind::KillRestart, FaultKind::Stop, FaultKind::Partition],
+        kinds: vec![
+            FaultKind::KillRestart,
+            FaultKind::SnapshotRestart,
+            FaultKind::Stop,
+            FaultKind::Partition,
+        ],
         calm: Duration::from_secs(2),
         fault: Duration::from_secs(2),
     };
@@ -85,7 +90,7 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
     eprintln!("redis under faults: {report}");
     publish(
         "redis",
-        "kill/stop/partition + holder pauses",
+        "kill/stale-snapshot restart/stop/partition + holder pauses",
         &report,
         "no stale write accepted, no update lost",
     );
@@ -97,4 +102,10 @@ async fn fenced_register_survives_server_kills_stops_partitions_and_holder_pause
     );
     assert!(report.is_safe(), "{report}");
     assert!(report.residue_cleared(), "{report}");
+    // Also across the restart from a snapshot that missed the last grants.
+    assert!(
+        report.history.token_regressions.is_empty(),
+        "tokens went back: {:?}",
+        report.history.token_regressions.first()
+    );
 }

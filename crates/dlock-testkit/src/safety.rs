@@ -51,6 +51,11 @@ pub enum FaultKind {
     Stop,
     /// Cut one client off with the fault proxy (blackhole), reconnect at heal.
     Partition,
+    /// Redis only: take an RDB snapshot (`SAVE`) at inject; at heal, kill
+    /// the server and restart it from that snapshot, which misses every
+    /// grant made in between (as a restart from an older RDB, or from an
+    /// `appendfsync everysec` AOF, would).
+    SnapshotRestart,
 }
 
 /// What the nemesis acts on: the backend's servers and proxies.
@@ -112,6 +117,14 @@ impl<S: Send + 'static> Faults for MemberFaults<S> {
                 self.proxy.set(Fault::Blackhole);
                 Ok("the proxied client cut off".into())
             }
+            FaultKind::SnapshotRestart => {
+                let (addr, name) = (m.addr(), m.name().to_owned());
+                return match crate::launcher::redis::command(addr, &["SAVE"]).await {
+                    Ok(reply) if reply == "+OK" => Ok(format!("snapshot of {name}")),
+                    Ok(reply) => Err(format!("SAVE on {name}: {reply}")),
+                    Err(e) => Err(format!("SAVE on {name}: {e}")),
+                };
+            }
         }
         .map_err(|e| e.to_string())
     }
@@ -127,6 +140,16 @@ impl<S: Send + 'static> Faults for MemberFaults<S> {
             Some(FaultKind::Partition) => {
                 self.proxy.set(Fault::None);
                 Ok("the proxied client reconnected".into())
+            }
+            Some(FaultKind::SnapshotRestart) => {
+                // Killed, so nothing newer is written: the restart loads the snapshot.
+                match m.kill() {
+                    Ok(()) => m
+                        .restart()
+                        .await
+                        .map(|()| format!("{} restarted from the older snapshot", m.name())),
+                    Err(e) => Err(e),
+                }
             }
             None => Ok("nothing to heal".into()),
         }

@@ -101,3 +101,79 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
     assert!(report.residue_cleared(), "{report}");
     assert!(report.history.overlaps.is_empty(), "{report}");
 }
+
+/// Partitions only: the client behind the proxy is cut off at inject.
+struct Cut(FaultProxy);
+
+impl dlock_testkit::safety::Faults for Cut {
+    async fn inject(&mut self, _: FaultKind) -> Result<String, String> {
+        self.0.set(dlock_testkit::launcher::Fault::Blackhole);
+        Ok("the proxied client cut off".into())
+    }
+    async fn heal(&mut self) -> Result<String, String> {
+        self.0.set(dlock_testkit::launcher::Fault::None);
+        Ok("the proxied client reconnected".into())
+    }
+}
+
+/// Partitions longer than the session (1.5x): the cut-off client's session
+/// expires on the server while it cannot hear about it; exclusion must hold
+/// (its guards are lost before the server can grant to anyone else) and
+/// nothing may be left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_longer_than_the_session_keep_exclusion() {
+    let server = dlock_testkit::launcher::shared::zk().await.unwrap();
+    let connect = server.addresses[0].clone();
+    let first: std::net::SocketAddr = connect.split(',').next().unwrap().parse().unwrap();
+    let proxy = FaultProxy::start(first).await.unwrap();
+    let session = Duration::from_secs(2);
+    let direct = ZkConfig {
+        request_timeout: Duration::from_secs(1),
+        ..ZkConfig::new(connect).session_timeout(session)
+    };
+    let behind_proxy = ZkConfig {
+        request_timeout: Duration::from_secs(1),
+        ..ZkConfig::new(proxy.addr().to_string()).session_timeout(session)
+    };
+    let clients = vec![
+        ZkLock::connect(behind_proxy).await.unwrap(),
+        ZkLock::connect(direct.clone()).await.unwrap(),
+        ZkLock::connect(direct.clone()).await.unwrap(),
+    ];
+    let plan = SafetyPlan {
+        duration: run_for(14),
+        // Longer than the session: the session, not the guard's own TTL,
+        // decides when a cut-off holder is lost.
+        ttl: Duration::from_secs(5),
+        // The proxied client holds across partitions now and then.
+        pause_every: 2,
+        fence: true,
+    };
+    let schedule = Schedule {
+        kinds: vec![FaultKind::Partition],
+        calm: Duration::from_secs(2),
+        fault: session * 3 / 2,
+    };
+    let key = LockKey::new(&format!("long-partition-{:x}", rand::random::<u64>())).unwrap();
+    let (mut report, faults) = run_with_faults(clients, &key, plan, Cut(proxy), schedule).await;
+    report.residue = Some(
+        residue(
+            &common::ZkFactory::new(direct, None).await,
+            key.as_str(),
+            session * 2 + Duration::from_secs(10),
+        )
+        .await,
+    );
+    drop((faults, server));
+    eprintln!("zk, partitions longer than the session: {report}");
+    publish(
+        "zk",
+        "client partitions of 1.5x the session",
+        &report,
+        "exclusion holds: 0 overlaps; no stale write accepted",
+    );
+    assert!(!report.faults.is_empty(), "no fault was injected: {report}");
+    assert!(report.is_safe(), "{report}");
+    assert!(report.residue_cleared(), "{report}");
+    assert!(report.history.overlaps.is_empty(), "{report}");
+}
