@@ -154,7 +154,7 @@ async fn partitions_longer_than_the_session_keep_exclusion() {
         calm: Duration::from_secs(2),
         fault: session * 3 / 2,
     };
-    let key = LockKey::new(&format!("long-partition-{:x}", rand::random::<u64>())).unwrap();
+    let key = LockKey::new(format!("long-partition-{:x}", rand::random::<u64>())).unwrap();
     let (mut report, faults) = run_with_faults(clients, &key, plan, Cut(proxy), schedule).await;
     report.residue = Some(
         residue(
