@@ -45,9 +45,11 @@ Exit codes of `dlock run`:
   76                       the lock was lost while the command ran; it got SIGTERM (SIGKILL after --grace)
   127                      the command could not be started
 
-The backend comes from --url, --config FILE, or DLOCK_URL / DLOCK_CONFIG in the
-environment. URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3,
-etcd://, etcds://, zk://.
+The backend comes from --url, --url-file FILE, --config FILE, or DLOCK_URL /
+DLOCK_CONFIG in the environment. A command line is visible to other users
+(ps): pass a URL with a password with --url-file or DLOCK_URL, not --url.
+URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3, etcd://,
+etcds://, zk://.
 The command sees DLOCK_KEY, DLOCK_BACKEND and, where the backend fences,
 DLOCK_FENCING_TOKEN in its environment (DLOCK_URL and DLOCK_CONFIG are
 removed from it). SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the
@@ -56,9 +58,15 @@ command; if dlock dies, even by SIGKILL, the command is killed with it.";
 #[derive(Parser, Debug)]
 #[command(name = "dlock", version, about = "Run a command under a distributed lock", after_help = EXIT_CODES)]
 struct Cli {
-    /// The lock backend as a URL, e.g. etcd://127.0.0.1:2379
+    /// The lock backend as a URL, e.g. etcd://127.0.0.1:2379. Other users
+    /// can read a command line (ps): give a URL with a password with
+    /// --url-file or DLOCK_URL instead.
     #[arg(long, global = true)]
     url: Option<String>,
+    /// A file holding the backend's URL (its first line), e.g. one only its
+    /// owner can read: how to pass a password.
+    #[arg(long, global = true, conflicts_with_all = ["url", "config"])]
+    url_file: Option<PathBuf>,
     /// A TOML or JSON file naming the backend (`backend = "etcd"` ...)
     #[arg(long, global = true, conflicts_with = "url")]
     config: Option<PathBuf>,
@@ -113,6 +121,13 @@ fn code_for(e: &Error) -> u8 {
 fn resolve(cli: &Cli) -> Result<Config, Error> {
     if let Some(url) = &cli.url {
         return Config::from_url(url).map_err(|e| Error::InvalidConfig(format!("--url: {e}")));
+    }
+    if let Some(file) = &cli.url_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Error::InvalidConfig(format!("--url-file {}: {e}", file.display())))?;
+        let url = text.lines().next().unwrap_or_default().trim();
+        return Config::from_url(url)
+            .map_err(|e| Error::InvalidConfig(format!("--url-file {}: {e}", file.display())));
     }
     if let Some(file) = &cli.config {
         return Config::from_file(file);

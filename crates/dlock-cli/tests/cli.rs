@@ -451,3 +451,28 @@ async fn the_command_gets_default_signal_dispositions() {
     assert_eq!(mask("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE ignored: {status}");
     assert_eq!(mask("SigBlk:"), 0, "signals blocked: {status}");
 }
+
+/// A URL with a password need not be on the command line (`ps` shows it to
+/// everyone): `--url-file` reads it; the command never sees it (DLOCK_URL
+/// and DLOCK_CONFIG are removed from its environment); `--help` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_with_passwords_stay_off_the_command_line_and_out_of_the_command() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("url");
+    std::fs::write(&file, format!("{}\n", b.redis)).unwrap();
+    let out = Command::new(DLOCK)
+        .arg("--url-file")
+        .arg(&file)
+        .args(["run", &unique("url-file"), "--", "sh", "-c", "env"])
+        .env("DLOCK_URL", "redis://user:s3cret@127.0.0.1:1")
+        .env("DLOCK_CONFIG", "/nonexistent/secret.toml")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.contains("DLOCK_KEY="), "{env}");
+    assert!(!env.contains("s3cret") && !env.contains("DLOCK_CONFIG"), "{env}");
+    let help = Command::new(DLOCK).arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--url-file"));
+}

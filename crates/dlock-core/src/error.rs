@@ -19,7 +19,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The wait asked for in [`AcquireOptions::wait`](crate::AcquireOptions)
     /// ran out (for [`Wait::No`](crate::Wait::No): the key was held) before
-    /// the lock was granted. Nothing is left held or queued.
+    /// the lock was granted. Nothing is left held or queued: the driver
+    /// removes its place in line before it returns, or, if that fails (the
+    /// server out of reach), keeps trying in the background until it is
+    /// done or the lease/session it lives on has ended.
     #[error("timed out waiting for lock {key:?}")]
     Timeout {
         /// The key that could not be acquired in time.

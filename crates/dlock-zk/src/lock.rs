@@ -49,8 +49,25 @@ pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
 ///
 /// While the connection is down (Curator's SUSPENDED) `is_held()` is false:
 /// the holder cannot be sure; it turns true again if the connection comes
-/// back within the session. When the session expires (LOST) `lost()` fires:
-/// the server has deleted the node.
+/// back soon enough. `lost()` fires no later than the moment the server may
+/// expire the session and grant the lock to someone else: the session keeps
+/// its own deadline, the send time of the last request the server answered
+/// (a `sync` heartbeat every tenth of the session timeout) plus the timeout,
+/// minus a tenth of it. The client library would report the expiry (LOST)
+/// only at 7/5 of the timeout, after the server may already have granted the
+/// lock elsewhere. A guard lost that way deletes its node in the background
+/// if the session survived; the handle opens a new session for later
+/// acquires. Tested: a holder cut off for 1.5x the session is `lost()`
+/// before a waiter is granted (`tests/zk.rs`), and the safety run cuts a
+/// client off for 1.5x the session while it holds (`tests/safety.rs`).
+///
+/// In an ensemble, the member a client talks to reports the client's
+/// requests to the leader on its pings, every half tick; the margin (a tenth
+/// of the timeout) assumes half a `tickTime` is no longer than that
+/// (ZooKeeper's default `tickTime` of 2 s and this crate's default 10 s
+/// session meet it exactly; shorter sessions need a shorter `tickTime`).
+/// Not tested against a partition between members: the launcher's
+/// ensemble shares one loopback network.
 #[derive(Clone)]
 pub struct ZkLock {
     pub(crate) inner: Arc<Inner>,
