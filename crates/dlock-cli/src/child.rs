@@ -1,23 +1,27 @@
-//! The command's process: it dies with `dlock`, and it owns the terminal
-//! while it runs.
+//! The command's process: it dies with `dlock`, and under a terminal it
+//! runs in dlock's foreground job.
 //!
 //! `dlock` does not fork the command directly: it starts itself again as a
-//! small launcher (`dlock __exec PARENT-PID FG -- COMMAND...`), which, in the
+//! small launcher (`dlock __exec PARENT-PID -- COMMAND...`), which, in the
 //! new process and before `exec`:
 //!
 //! 1. asks the kernel for `SIGKILL` when its parent dies
 //!    (`PR_SET_PDEATHSIG`, kept across `exec`), then checks that its parent
 //!    is still the `dlock` that started it (the parent may have died before
 //!    the request; then the launcher exits at once);
-//! 2. with `FG` = `fg` (dlock runs alone in the foreground of a terminal),
-//!    makes its own process group the terminal's foreground group, as
-//!    shells do for a job, so that a command reading the terminal is not
-//!    stopped by `SIGTTIN` while the lock stays held (dlock takes the
-//!    terminal back when it ends); when dlock shares its group with others
-//!    (`dlock run k make | less`), the command stays in dlock's group
-//!    instead, as `timeout --foreground` does, and `less` keeps the terminal;
-//! 3. `exec`s the command (same process: the pid `dlock` waits on), with
+//! 2. `exec`s the command (same process: the pid `dlock` waits on), with
 //!    SIGPIPE and the signal mask back to their defaults.
+//!
+//! Where the command runs: without a terminal (cron, systemd), in a process
+//! group of its own, so a signal reaches it and everything it started.
+//! In the foreground of a terminal, in dlock's own group, as
+//! `timeout --foreground` does: it can read the terminal (a background
+//! group would be stopped by `SIGTTIN` while the lock stays held), Ctrl-Z
+//! stops dlock with it (renewals stop with the command: the shell gets its
+//! job back, and if the lock expired meanwhile, dlock stops the command when
+//! both resume), and a pipeline around dlock (`dlock run k make | less`)
+//! keeps the terminal for `less`. Signals dlock passes on then go to the
+//! command and every process below it, found through `/proc`.
 //!
 //! So the command never outlives `dlock`, however `dlock` ends (`SIGKILL`
 //! and the OOM killer included). Limits: the death signal reaches the
@@ -29,8 +33,8 @@ use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::process::ExitCode;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
-use nix::unistd::{Pid, getpgrp, getppid, tcgetpgrp, tcsetpgrp};
+use nix::sys::signal::Signal;
+use nix::unistd::{Pid, getpgrp, getppid, tcgetpgrp};
 
 /// The hidden first argument that makes `dlock` the launcher.
 pub const EXEC: &str = "__exec";
@@ -41,35 +45,37 @@ pub fn in_foreground() -> bool {
     tcgetpgrp(stdin.as_fd()).is_ok_and(|fg| fg == getpgrp())
 }
 
-/// Whether another process shares our process group (a pipeline such as
-/// `dlock run k make | less`: `less` must keep the terminal), read from
-/// `/proc`. When unsure, `true`.
-pub fn group_is_shared() -> bool {
-    let (me, group) = (std::process::id(), getpgrp().as_raw());
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
-        let pgrp = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.split(' ').nth(2))
-            .and_then(|p| p.parse::<i32>().ok());
-        if pgrp == Some(group) {
-            return true;
+/// `root` and every process below it (children, grandchildren...), read
+/// from `/proc`: where the command runs in dlock's group, this is how a
+/// signal reaches what it started.
+pub fn with_descendants(root: i32) -> Vec<i32> {
+    let mut parents = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`; comm may hold spaces and parens.
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if let Some(ppid) = ppid {
+                parents.push((pid, ppid));
+            }
         }
     }
-    false
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|&&(_, pp)| pp == parent).map(|&(p, _)| p));
+        i += 1;
+    }
+    found
 }
 
 /// Whether `signal` was ignored when dlock started (`nohup` ignores
@@ -86,28 +92,10 @@ pub fn ignored_at_start(signal: Signal) -> bool {
         .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
 }
 
-/// Gives the terminal on stdin to process group `pgrp` (our own after the
-/// command exits). `SIGTTOU` is blocked meanwhile: a process outside the
-/// foreground group may then still set it.
-pub fn give_terminal(pgrp: Pid) {
-    let ttou = SigSet::from(Signal::SIGTTOU);
-    let mut old = SigSet::empty();
-    if sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_err() {
-        return;
-    }
-    let _ = tcsetpgrp(std::io::stdin().as_fd(), pgrp);
-    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-}
-
 /// The launcher's arguments, after the program name: `[EXEC, parent pid,
-/// fg|bg, "--", program, args...]`.
-pub fn launcher_args(parent: u32, foreground: bool, command: &[String]) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        EXEC.into(),
-        parent.to_string().into(),
-        if foreground { "fg" } else { "bg" }.into(),
-        "--".into(),
-    ];
+/// "--", program, args...]`.
+pub fn launcher_args(parent: u32, command: &[String]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![EXEC.into(), parent.to_string().into(), "--".into()];
     args.extend(command.iter().map(OsString::from));
     args
 }
@@ -118,7 +106,7 @@ pub fn exec(args: &[OsString]) -> ExitCode {
         eprintln!("dlock: {msg}");
         ExitCode::from(crate::exit::CANNOT_RUN)
     };
-    let [parent, fg, dashes, command @ ..] = args else {
+    let [parent, dashes, command @ ..] = args else {
         return fail("bad launcher arguments".to_owned());
     };
     let Some(parent) = parent.to_str().and_then(|p| p.parse::<i32>().ok()) else {
@@ -133,9 +121,6 @@ pub fn exec(args: &[OsString]) -> ExitCode {
     // Our parent died before the request above: nothing would hold the lock.
     if getppid() != Pid::from_raw(parent) {
         return ExitCode::from(crate::exit::LOST);
-    }
-    if fg == "fg" {
-        give_terminal(getpgrp());
     }
     // std's exec resets what a Rust program changes at start-up (SIGPIPE is
     // ignored by Rust's runtime; an ignored signal would stay ignored in the

@@ -285,12 +285,9 @@ async fn run(
         let _ = guard.release().await;
         return fail(exit::USAGE, "cannot listen for signals");
     };
-    // Under a terminal, alone in our group: the command gets a group of its
-    // own and the terminal. Sharing it (a pipeline): the command stays in
-    // ours and signals go to its process only. No terminal: a group of its own.
-    let foreground = child::in_foreground();
-    let shared_group = foreground && child::group_is_shared();
-    let hand_over = foreground && !shared_group;
+    // In the foreground of a terminal, the command shares dlock's process
+    // group (see `child`); otherwise it gets one of its own.
+    let shared_group = child::in_foreground();
     // The command is started through dlock's own launcher (see `child`): it
     // dies with dlock. Spawned from this thread (the runtime's `block_on`
     // thread, which lives as long as dlock): the kernel's parent-death
@@ -298,7 +295,7 @@ async fn run(
     let mut child = Child::new("/proc/self/exe");
     child
         .arg0("dlock")
-        .args(child::launcher_args(std::process::id(), hand_over, command))
+        .args(child::launcher_args(std::process::id(), command))
         .env("DLOCK_KEY", key.as_str())
         .env("DLOCK_BACKEND", config.backend())
         // The backend's URL and config may carry passwords: not the command's business.
@@ -320,20 +317,19 @@ async fn run(
         }
     };
     let child_pid = child.id().and_then(|p| i32::try_from(p).ok());
-    if let (true, Some(p)) = (hand_over, child_pid) {
-        // Both sides hand the terminal over, as shells do: whichever runs first.
-        child::give_terminal(Pid::from_raw(p));
-    }
-    let take_terminal_back = || {
-        if hand_over {
-            child::give_terminal(nix::unistd::getpgrp());
-        }
-    };
-    // A negative pid names the child's process group.
-    let target = child_pid.map(|p| Pid::from_raw(if shared_group { p } else { -p }));
     let send = |sig: Signal| {
-        if let Some(target) = target {
-            let _ = kill(target, sig);
+        let Some(pid) = child_pid else {
+            return;
+        };
+        if shared_group {
+            // The command and everything below it (not dlock's own group:
+            // that is dlock, and whatever shares its pipeline).
+            for p in child::with_descendants(pid) {
+                let _ = kill(Pid::from_raw(p), sig);
+            }
+        } else {
+            // A negative pid names the command's process group.
+            let _ = kill(Pid::from_raw(-pid), sig);
         }
     };
     // In a shared group, the terminal's own SIGINT and SIGQUIT reach the
@@ -363,13 +359,11 @@ async fn run(
                     send(Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
-                take_terminal_back();
                 drop(guard);
                 return ExitCode::from(exit::LOST);
             }
         }
     };
-    take_terminal_back();
     if let Err(e) = guard.release().await {
         eprintln!("dlock: releasing {key}: {e}");
     }

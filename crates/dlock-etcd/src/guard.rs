@@ -6,7 +6,8 @@ use std::time::Duration;
 use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 use tokio::task::JoinHandle;
 
-use crate::lock::{BACKEND, EtcdLock};
+use crate::error::BACKEND;
+use crate::lock::EtcdLock;
 use crate::recipe::{self, Resigned};
 use crate::session::{MIN_TTL, Session};
 
@@ -27,6 +28,9 @@ pub struct EtcdGuard {
     /// them or on `session`, so all must live for the guard to hold, and
     /// none is revoked while the guard lives.
     pending: Mutex<Vec<(Arc<Session>, JoinHandle<()>)>>,
+    /// One extend at a time: two moves racing could leave the key on a
+    /// lease the other one then forgets (and revokes).
+    extending: tokio::sync::Mutex<()>,
     lost: LostSignal,
     trigger: LostTrigger,
     watcher: Mutex<JoinHandle<()>>,
@@ -59,6 +63,7 @@ impl EtcdGuard {
             my_rev,
             session: Mutex::new(session),
             pending: Mutex::new(Vec::new()),
+            extending: tokio::sync::Mutex::new(()),
             lost,
             trigger,
             watcher: Mutex::new(watcher),
@@ -66,7 +71,7 @@ impl EtcdGuard {
         }
     }
 
-    /// The etcd key this guard holds: `{prefix}{name}/{lease in hex}`.
+    /// The etcd key this guard holds: `{prefix}{name}/{lease:x}-{n:x}`, the lease in hex and a per-acquire number.
     pub fn etcd_key(&self) -> &str {
         &self.my_key
     }
@@ -193,6 +198,7 @@ impl Guard for EtcdGuard {
         if self.lock.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
+        let _one_at_a_time = self.extending.lock().await;
         let timeout = self.lock.inner.config.request_timeout;
         let client = &self.lock.inner.client;
         let session = self.session();

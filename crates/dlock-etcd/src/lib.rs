@@ -26,7 +26,8 @@
 //! ## Protocol
 //!
 //! The recipe is etcd's own `concurrency.Mutex` (see the `recipe` module
-//! source): a key `{prefix}{name}/{lease in hex}` per contender, created in a
+//! source): a key `{prefix}{name}/{lease:x}-{n:x}` per contender (the lease in
+//! hex, as Go names it, and a per-acquire number), created in a
 //! transaction; the lowest create revision holds; waiters watch only their
 //! immediate predecessor; after waking, a waiter checks its own key survived.
 //! With an empty prefix, `etcdctl lock NAME` and Go's Mutex interoperate.
@@ -45,6 +46,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod error;
 mod guard;
 mod lock;
 mod recipe;

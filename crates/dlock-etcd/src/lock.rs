@@ -8,37 +8,10 @@ use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Re
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
+pub(crate) use crate::error::{BACKEND, map_err};
 use crate::guard::EtcdGuard;
 use crate::recipe::{self, Resigned, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};
-
-pub(crate) const BACKEND: &str = "etcd";
-
-/// Maps an etcd client error into dlock's [`Error`].
-pub(crate) fn map_err(e: etcd_client::Error) -> Error {
-    use etcd_client::Error as E;
-    match e {
-        E::GRpcStatus(ref status) => {
-            let code: i32 = status.code().into();
-            // Cancelled, Unknown, DeadlineExceeded, ResourceExhausted,
-            // Aborted, Unavailable: the cluster could not serve it now.
-            if matches!(code, 1 | 2 | 4 | 8 | 10 | 14) {
-                Error::unavailable(BACKEND, e)
-            } else if code == 16 || code == 7 {
-                Error::InvalidConfig(format!("etcd refused the credentials: {e}"))
-            } else {
-                Error::backend(BACKEND, e)
-            }
-        }
-        E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => {
-            Error::unavailable(BACKEND, e)
-        }
-        E::InvalidUri(_) | E::InvalidArgs(_) | E::EndpointError(_) | E::InvalidMetadataValue(_) => {
-            Error::InvalidConfig(format!("etcd: {e}"))
-        }
-        other => Error::backend(BACKEND, other),
-    }
-}
 
 /// A lock backend on etcd. Cheap to clone (clones share the client and the
 /// sessions).
@@ -60,7 +33,9 @@ pub(crate) fn map_err(e: etcd_client::Error) -> Error {
 ///
 /// A guard without `auto_extend` gets a lease of its own with exactly its TTL
 /// (rounded up to whole seconds) that nobody keeps alive; `extend(ttl)`
-/// moves its key to a fresh lease of the new TTL.
+/// moves its key to a fresh lease of the new TTL. It waits in line on the
+/// shared, kept-alive lease and moves onto its own lease when granted, so
+/// its TTL counts from the grant however long it waited.
 #[derive(Clone)]
 pub struct EtcdLock {
     pub(crate) inner: Arc<Inner>,
@@ -81,7 +56,7 @@ pub(crate) struct Inner {
 /// Who holds a lock, for operators: see [`EtcdLock::holder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdHolder {
-    /// The holder's key (`{prefix}{name}/{lease in hex}`).
+    /// The holder's key (`{prefix}{name}/{lease:x}-{n:x}`, the lease in hex and a per-acquire number).
     pub key: String,
     /// The lease the key is attached to.
     pub lease: i64,
@@ -317,12 +292,13 @@ impl EtcdLock {
             return;
         }
         let (lock, gone_lock) = (self.clone(), self.clone());
-        let (lease, weak) = (session.lease, Arc::downgrade(session));
+        // Held until the key is gone: the session's own drop (a single
+        // revoke) must not be the only try.
+        let (lease, session) = (session.lease, Arc::clone(session));
         dlock_core::driver::clean_up_in_background(
             format!("etcd: delete {my_key}"),
             None,
-            // A dropped session revokes its lease, which deletes the key.
-            move || gone_lock.is_abandoned() || weak.upgrade().is_none_or(|s| !s.is_alive()),
+            move || gone_lock.is_abandoned() || !session.is_alive(),
             move || {
                 let (lock, my_key) = (lock.clone(), my_key.clone());
                 async move {

@@ -23,7 +23,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 
-use crate::lock::{BACKEND, map_err};
+use crate::error::{BACKEND, map_err};
 
 /// Runs one etcd request with the request timeout.
 pub(crate) async fn bounded<T>(

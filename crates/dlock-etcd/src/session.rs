@@ -216,6 +216,10 @@ async fn keep_alive(
                     return;
                 }
                 Ok(Ok(None) | Err(_)) => {
+                    // The stream ended: a new one shortly (not in a tight loop).
+                    let retry =
+                        saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());
+                    tokio::time::sleep_until(retry.into()).await;
                     next = Instant::now();
                     continue 'stream;
                 }

@@ -81,8 +81,24 @@ pub fn map_err(backend: &'static str, e: fred::error::Error) -> Error {
         K::Config | K::Url | K::Auth => Error::InvalidConfig(format!("{backend}: {e}")),
         // fred reports "no connection to send this on" with kind Unknown.
         K::Unknown if is_connection_failure(e.details()) => Error::unavailable(backend, e),
+        // A server that cannot serve now (still loading its data after a
+        // restart, a script running, a replica, no master): try again later.
+        _ if is_not_ready(e.details()) => Error::unavailable(backend, e),
         _ => Error::backend(backend, e),
     }
+}
+
+fn is_not_ready(details: &str) -> bool {
+    [
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "MASTERDOWN",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+    ]
+    .iter()
+    .any(|code| details.starts_with(code))
 }
 
 fn is_connection_failure(details: &str) -> bool {
@@ -133,5 +149,39 @@ mod tests {
         assert_eq!(redact_url("redis://token@h"), "redis://***@h");
         assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
         assert_eq!(redact_url("no-scheme"), "no-scheme");
+        assert_eq!(redact_url("redis://u:se/cret@h"), "redis://u:***@h");
+    }
+
+    #[test]
+    fn fred_errors_map_by_what_the_caller_can_do() {
+        use fred::error::{Error as F, ErrorKind as K};
+        let map = |kind: &K, details: &str| map_err("redis", F::new(kind.clone(), details.to_owned()));
+        for (kind, details) in [
+            (K::IO, "broken pipe"),
+            (K::Timeout, "timed out"),
+            (K::Canceled, ""),
+            (K::Unknown, "Failed to route command"),
+            (K::Unknown, "LOADING Redis is loading the dataset in memory"),
+            (K::Unknown, "BUSY Redis is busy running a script"),
+            (
+                K::Unknown,
+                "READONLY You can't write against a read only replica.",
+            ),
+            (K::Unknown, "MASTERDOWN Link with MASTER is down"),
+        ] {
+            assert!(
+                matches!(map(&kind, details), Error::Unavailable { .. }),
+                "{kind:?} {details}"
+            );
+        }
+        for kind in [K::Config, K::Url, K::Auth] {
+            assert!(matches!(map(&kind, "x"), Error::InvalidConfig(_)), "{kind:?}");
+        }
+        for (kind, details) in [(K::Unknown, "ERR unknown command"), (K::Parse, "bad reply")] {
+            assert!(
+                matches!(map(&kind, details), Error::Backend { .. }),
+                "{kind:?} {details}"
+            );
+        }
     }
 }

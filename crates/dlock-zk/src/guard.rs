@@ -198,8 +198,11 @@ impl Guard for ZkGuard {
         let sent = Instant::now();
         let client = self.session.client()?;
         let timeout = self.lock.inner.config.request_timeout;
-        let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
+        // Through the leader first: a member cut off from it would answer
+        // the read from what it last knew.
+        recipe::bounded(timeout, client.sync(&self.path)).await?;
         self.session.answered(sent);
+        let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
         if exists.is_none_or(|s| s.czxid != self.czxid) {
             self.trigger.fire();
             return Err(lost());

@@ -39,6 +39,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod error;
 mod guard;
 mod lock;
 mod recipe;

@@ -8,29 +8,10 @@ use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Re
 use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
+pub(crate) use crate::error::{BACKEND, map_err};
 use crate::guard::ZkGuard;
 use crate::recipe;
 use crate::session::Session;
-
-pub(crate) const BACKEND: &str = "zk";
-
-/// Maps a ZooKeeper client error into dlock's [`Error`].
-pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
-    use zookeeper_client::Error as E;
-    match e {
-        E::ConnectionLoss
-        | E::Timeout
-        | E::ClientClosed
-        | E::NoHosts
-        | E::SessionExpired
-        | E::SessionMoved => Error::unavailable(BACKEND, e),
-        E::AuthFailed | E::NoAuth | E::InvalidAcl => Error::InvalidConfig(format!("zookeeper: {e}")),
-        E::BadArguments(_) => Error::InvalidKey {
-            reason: format!("zookeeper refused the path: {e}"),
-        },
-        other => Error::backend(BACKEND, other),
-    }
-}
 
 /// A lock backend on ZooKeeper. Cheap to clone (clones share the session).
 ///
@@ -440,8 +421,10 @@ impl Lock for ZkLock {
             }
             Wait::Forever => recipe::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
         };
-        // The server answered a request sent then: the session lived.
-        session.answered(waited?);
+        // Only writes and syncs (answered through the leader) move the
+        // session's deadline; the create did, above. A read answered by a
+        // member cut off from its leader proves nothing.
+        waited?;
         if !session.alive() {
             return Err(Error::Lost {
                 key: key.as_str().to_owned(),

@@ -20,7 +20,7 @@ use std::time::Duration;
 use dlock_core::{Error, Result};
 use zookeeper_client::{Acls, Client, CreateMode, Stat};
 
-use crate::lock::{BACKEND, map_err};
+use crate::error::{BACKEND, map_err};
 
 /// The infix between uuid and sequence in Curator's lock node names.
 pub const LOCK_NAME: &str = "-lock-";
@@ -98,9 +98,12 @@ pub(crate) async fn find_own(
     uuid: &str,
     timeout: Duration,
 ) -> Result<Option<(String, i64)>> {
-    let children = match bounded(timeout, client.list_children(dir)).await {
-        Err(Error::Backend { .. }) => return Ok(None),
-        other => other?,
+    let children = match tokio::time::timeout(timeout, client.list_children(dir)).await {
+        // No directory: no node of ours. Anything else is an error (a
+        // clean-up must retry it, not conclude there is nothing to delete).
+        Ok(Err(zookeeper_client::Error::NoNode)) => return Ok(None),
+        Ok(r) => r.map_err(map_err)?,
+        Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
     };
     let marker = format!("_c_{uuid}{LOCK_NAME}");
     for name in children.into_iter().filter(|c| c.starts_with(&marker)) {

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
 use crate::config::ZkConfig;
-use crate::lock::{BACKEND, map_err};
+use crate::error::{BACKEND, map_err};
 
 /// The slack taken off the session timeout: a tenth of it (plus 2 ms). More
 /// than the lock drift, because the server rounds session expiry to its
@@ -49,13 +49,13 @@ pub(crate) struct Session {
 impl Session {
     /// Connects a new session.
     pub(crate) async fn open(config: &ZkConfig) -> Result<Arc<Self>> {
-        let sent = Instant::now();
         let mut connector = Client::connector()
             .with_session_timeout(config.session_timeout)
             // Also how long the library waits for a silent server before it
-            // reconnects: at most a fifth of the session, so a short outage
-            // heals well before the session's own deadline.
-            .with_connection_timeout(config.connect_timeout.min(config.session_timeout / 5))
+            // reconnects: at most 3/10 of the session, so a short outage
+            // (detected, one failed attempt, reconnected) heals before the
+            // session's own deadline at 9/10.
+            .with_connection_timeout(config.connect_timeout.min(config.session_timeout * 3 / 10))
             // Dropping the last handle must not close the session: a crash is
             // simulated that way (`abandon`), and a closed session would look
             // like a clean release to everyone else.
@@ -85,6 +85,19 @@ impl Session {
                     ));
                 }
             };
+        // The connect may have taken most of the session: the deadline
+        // starts from a sync (through the leader) sent after it.
+        let sent = Instant::now();
+        match tokio::time::timeout(config.request_timeout, client.sync("/")).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(map_err(e)),
+            Err(_) => {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    "zookeeper did not answer a sync after connecting",
+                ));
+            }
+        }
         let (lost, signal) = LostSignal::pair();
         let connected = Arc::new(AtomicBool::new(true));
         let session = Arc::new(Session {
