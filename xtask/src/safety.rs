@@ -127,11 +127,11 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
-        "| ZooKeeper | while the holder is not paused past its session / TTL | strict (czxid) | the same as etcd |"
+        "| ZooKeeper | while the holder is not paused past its session / TTL | strict (czxid) | the same as etcd, and 0 overlapping holds when a holder is cut off for 1.5x its session (its `lost()` comes before anyone else's grant) |"
     );
     let _ = writeln!(
         d,
-        "| Redis (single) | while the one server keeps its data and the holder is not paused | strict (INCR seeded from the clock) | 0 stale writes accepted, 0 lost updates under server kill (no persistence), SIGSTOP, client partition and holder pauses |"
+        "| Redis (single) | while the one server keeps its data and the holder is not paused | strict (`max(counter + 1, server TIME µs)`) | 0 stale writes accepted, 0 lost updates, tokens never going back, under server kill (no persistence), a restart from a snapshot older than the last grants, SIGSTOP, client partition and holder pauses |"
     );
     let _ = writeln!(
         d,
@@ -150,7 +150,7 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
-        "| partition | one client's connection through the fault proxy, blackholed, then healed |"
+        "| partition | one client's connection through the fault proxy, blackholed, then healed (ZooKeeper: also for 1.5x the session, while it holds) |\n| stale snapshot restart | Redis: `SAVE` at inject; at heal the server is killed and restarted from that snapshot, which misses every grant made since |"
     );
     let _ = writeln!(
         d,

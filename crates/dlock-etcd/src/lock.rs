@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Re
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
-pub(crate) use crate::error::{BACKEND, map_err};
+use crate::error::{BACKEND, map_err};
 use crate::guard::EtcdGuard;
 use crate::recipe::{self, Resigned, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};

@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Re
 use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
-pub(crate) use crate::error::{BACKEND, map_err};
+use crate::error::{BACKEND, map_err};
 use crate::guard::ZkGuard;
 use crate::recipe;
 use crate::session::Session;
