@@ -5,13 +5,12 @@
 //!
 //! - [`scripts`]: the key layout, the lock value and the Lua scripts;
 //! - [`notices`]: release notices over pub/sub, waking waiters;
-//! - [`keeper`]: a guard's local deadline, lost signal and watchdog;
+//! - (a guard's local deadline and watchdog are `dlock_core::driver`'s);
 //! - [`Outcome`]: what a release or extend script found;
 //! - [`map_err`]: fred's errors as dlock's one [`Error`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod keeper;
 pub mod notices;
 pub mod scripts;
 

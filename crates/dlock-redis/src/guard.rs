@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::{Validity, keep};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
-use dlock_redis_protocol::keeper::{Validity, keep};
 use tokio::task::JoinHandle;
 
 use dlock_redis_protocol::Outcome;
@@ -56,7 +56,7 @@ impl RedisGuard {
                 sent,
                 move || {
                     let (l, k, v) = (l.clone(), k.clone(), v.clone());
-                    async move { l.run_extend(&k, &v, ttl).await }
+                    async move { l.run_extend(&k, &v, ttl).await.map(Outcome::refusal) }
                 },
                 move || stop.is_abandoned(),
             ))

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::{Validity, keep};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 use dlock_redis_protocol::Outcome;
-use dlock_redis_protocol::keeper::{Validity, keep};
 use tokio::task::JoinHandle;
 
 use crate::lock::{BACKEND, MIN_TTL, Redlock};
@@ -56,7 +56,10 @@ impl RedlockGuard {
                     async move {
                         let tally = l.extend_everywhere(&k, &v, ttl).await;
                         let quorum = l.quorum();
-                        tally.verdict(quorum).ok_or_else(|| l.no_quorum("extend", tally))
+                        tally
+                            .verdict(quorum)
+                            .map(Outcome::refusal)
+                            .ok_or_else(|| l.no_quorum("extend", tally))
                     }
                 },
                 move || stop.is_abandoned(),
