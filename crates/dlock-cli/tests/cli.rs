@@ -249,6 +249,81 @@ async fn a_lost_lock_terminates_the_child() {
     }
 }
 
+/// A waiter whose place in line vanishes (its etcd lease revoked) was
+/// never granted: "not acquired" (75) and nothing ran, not "lost while the
+/// command ran" (76).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_in_line_lost_while_waiting_is_not_acquired_and_nothing_runs() {
+    let b = backends().await;
+    let url = &b.urls.iter().find(|(n, _)| *n == "etcd").unwrap().1;
+    let dir = tempfile::tempdir().unwrap();
+    let key = unique("lost-in-line");
+    let (started, ran) = (dir.path().join("started"), dir.path().join("ran"));
+    let contenders = || {
+        etcdctl(
+            &b.etcd,
+            &["get", "--prefix", "--keys-only", &format!("dlock/{key}/")],
+        )
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    let mut holder = dlock(
+        url,
+        &[
+            "run",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 60", started.display()),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    until("the holder's command to start", || started.exists()).await;
+    let holders = contenders();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let waiter = dlock(
+        url,
+        &[
+            "run",
+            &key,
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", ran.display()),
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    until("the waiter to queue", || contenders().len() == 2).await;
+    let theirs = contenders().into_iter().find(|k| *k != holders[0]).unwrap();
+    let lease = theirs
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    etcdctl(&b.etcd, &["lease", "revoke", &lease]).unwrap();
+    let out = tokio::task::spawn_blocking(move || waiter.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(!ran.exists(), "the command ran without the lock");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    holder.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_is_forwarded_and_the_lock_released() {
     let b = backends().await;

@@ -13,6 +13,11 @@ use crate::guard::EtcdGuard;
 use crate::recipe::{self, Resigned, bounded};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 
+/// The HTTP/2 ping interval on the connection to etcd (dead-connection
+/// detection). etcd refuses pings closer than its `--grpc-keepalive-min-time`
+/// (5 s by default) and closes the connection after a few.
+const KEEPALIVE_PING: Duration = Duration::from_secs(10);
+
 /// A lock backend on etcd. Cheap to clone (clones share the client and the
 /// sessions).
 ///
@@ -84,7 +89,11 @@ impl EtcdLock {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(config.dial_timeout)
             .with_timeout(config.request_timeout)
-            .with_keep_alive(Duration::from_secs(2), config.request_timeout)
+            // HTTP/2 pings no more often than etcd's default
+            // `--grpc-keepalive-min-time` (5 s) allows, with room: etcd
+            // answers more frequent ones by closing the connection, and
+            // every keep-alive stream and watch on it.
+            .with_keep_alive(KEEPALIVE_PING, config.request_timeout)
             .with_keep_alive_while_idle(true)
             // A member cut off from its leader refuses (its data may be
             // stale; a watch on it could hang until the partition heals).

@@ -177,6 +177,13 @@ async fn keep_alive(
         let opened = tokio::time::timeout_at(deadline.into(), client.clone().lease_keep_alive(lease)).await;
         let (mut keeper, mut replies) = match opened {
             Ok(Ok(pair)) => pair,
+            // The client's word for a first reply of TTL 0: the lease
+            // expired or was revoked. (Retrying it until the deadline kept
+            // a revoked lease "held" for up to a whole TTL.)
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
+                state.fire();
+                return;
+            }
             Ok(Err(_)) => {
                 let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
                 tokio::time::sleep_until(retry.into()).await;

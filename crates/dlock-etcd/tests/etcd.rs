@@ -423,10 +423,39 @@ async fn a_wait_longer_than_the_ttl_is_granted_the_whole_ttl() {
     g2.release().await.unwrap();
 }
 
-/// A waiter whose own lease ends while it waits is told at once (`Lost`),
-/// not when the holder finally lets go.
+/// A holder whose lease is revoked (an operator, `etcdctl lease revoke`)
+/// learns it at its next keep-alive: `lost()` fires and `is_held()` turns
+/// false then, not only when the local deadline (60 s here) runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_whose_lease_ends_is_told_at_once() {
+async fn a_holder_whose_lease_is_revoked_is_lost_at_its_next_keep_alive() {
+    let f = common::EtcdFactory::shared().await;
+    let lock = EtcdLock::connect(f.config.clone()).await.unwrap();
+    let k = key(&unique("revoked"));
+    let g = lock
+        .acquire(&k, AcquireOptions::default().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let lease = g
+        .etcd_key()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    etcdctl(&f.config.endpoints, &["lease", "revoke", &lease]).unwrap();
+    tokio::time::timeout(LIMIT, g.lost().wait())
+        .await
+        .expect("lost() did not fire for a revoked lease");
+    assert!(!g.is_held());
+}
+
+/// A waiter whose own lease ends while it waits is told at its next
+/// keep-alive (`Lost`), not when the holder finally lets go, nor when the
+/// lease's deadline passes: with a 60 s TTL, well within [`LIMIT`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_lease_ends_is_told_at_its_next_keep_alive() {
     let f = common::EtcdFactory::shared().await;
     let (a, b) = (
         f.admin.clone(),
@@ -436,7 +465,8 @@ async fn a_waiter_whose_lease_ends_is_told_at_once() {
     let g = a.acquire(&k, AcquireOptions::default()).await.unwrap();
     let w = {
         let (b, k) = (b.clone(), k.clone());
-        tokio::spawn(async move { b.acquire(&k, AcquireOptions::default()).await })
+        let opts = AcquireOptions::default().ttl(Duration::from_secs(60));
+        tokio::spawn(async move { b.acquire(&k, opts).await })
     };
     until("the waiter to queue", async || {
         a.contender_keys(k.as_str()).await.unwrap().len() == 2
@@ -464,4 +494,69 @@ async fn a_waiter_whose_lease_ends_is_told_at_once() {
     assert!(matches!(r, Err(Error::Lost { .. })), "{:?}", r.map(|g| g.token()));
     assert!(g.is_held());
     g.release().await.unwrap();
+}
+
+/// How many streams of a gRPC method the etcd at `endpoint` has started
+/// (its `/metrics`, read over plain HTTP).
+fn streams_started(endpoint: &str, method: &str) -> u64 {
+    use std::io::{Read, Write};
+    let addr = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| {
+            l.starts_with("grpc_server_started_total{") && l.contains(&format!("grpc_method=\"{method}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A kept-alive lease keeps one keep-alive stream, and a waiter one watch,
+/// however long they last. (With HTTP/2 pings every 2 s, more often than
+/// etcd's `--grpc-keepalive-min-time` of 5 s allows, etcd closed the
+/// connection whenever it idled a few seconds: every keep-alive of a 30 s
+/// lease, and every waiter's watch with it, started over.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_survive_idle_connections() {
+    let server = Etcd::start().await.unwrap();
+    let endpoint = server.endpoints()[0].clone();
+    let config = EtcdConfig::new(server.endpoints());
+    let (a, b) = (
+        EtcdLock::connect(config.clone()).await.unwrap(),
+        EtcdLock::connect(config).await.unwrap(),
+    );
+    let k = key(&unique("streams"));
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(30));
+    let g = a.acquire(&k, opts).await.unwrap();
+    let w = {
+        let (b, k) = (b.clone(), k.clone());
+        tokio::spawn(async move { b.acquire(&k, opts).await })
+    };
+    until("the waiter to queue", async || {
+        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+    })
+    .await;
+    let (keep_alives, watches) = (
+        streams_started(&endpoint, "LeaseKeepAlive"),
+        streams_started(&endpoint, "Watch"),
+    );
+    assert_eq!(keep_alives, 2, "one per session");
+    // What is under test is time passing: a connection idle between two
+    // keep-alives (10 s apart), and then some.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(g.is_held());
+    assert_eq!(
+        streams_started(&endpoint, "LeaseKeepAlive"),
+        keep_alives,
+        "keep-alive streams were reopened"
+    );
+    assert_eq!(
+        streams_started(&endpoint, "Watch"),
+        watches,
+        "the waiter's watch was reopened"
+    );
+    g.release().await.unwrap();
+    w.await.unwrap().unwrap().release().await.unwrap();
 }

@@ -23,6 +23,11 @@ pub struct Waiters {
 
 struct Channel {
     members: Vec<(u64, String, Arc<Notify>)>,
+    /// Whether this handle is subscribed to the channel; held across a
+    /// subscribe or unsubscribe, so the two never cross on the way to the
+    /// server (a new first waiter's subscribe answered before the last
+    /// one's unsubscribe would leave it unsubscribed).
+    subscribed: Arc<tokio::sync::Mutex<bool>>,
 }
 
 /// A registered interest in a key's release channel; dropping it gives the
@@ -102,20 +107,24 @@ impl Waiters {
         }
     }
 
-    /// Registers a waiter on `channel`, subscribing on every server if it is
-    /// the first. A failed subscription is not an error: waiters then rely on
-    /// polling.
+    /// Registers a waiter on `channel`, subscribing on every server unless
+    /// this handle already is. A failed subscription is not an error:
+    /// waiters then rely on polling.
+    ///
+    /// Cancelling it is safe: the registration is undone (and the channel
+    /// given up if nobody else waits on it).
     pub async fn wait_on(self: &Arc<Self>, channel: String) -> Waiting {
         let slot = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = crate::scripts::new_waiter_id();
         let notify = Arc::new(Notify::new());
-        let first = {
+        let subscribed = {
             let mut channels = self.channels();
-            let entry = channels
-                .entry(channel.clone())
-                .or_insert_with(|| Channel { members: Vec::new() });
+            let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {
+                members: Vec::new(),
+                subscribed: Arc::default(),
+            });
             entry.members.push((slot, id.clone(), Arc::clone(&notify)));
-            entry.members.len() == 1
+            Arc::clone(&entry.subscribed)
         };
         let waiting = Waiting {
             waiters: Arc::clone(self),
@@ -124,43 +133,72 @@ impl Waiters {
             id,
             notify,
         };
-        if first {
+        let mut subscribed = subscribed.lock().await;
+        if !*subscribed {
             let subscribe = self.subscribers.iter().map(|s| {
                 let channel = channel.clone();
                 async move {
-                    let _ = tokio::time::timeout(self.timeout, s.subscribe(channel)).await;
+                    matches!(
+                        tokio::time::timeout(self.timeout, s.subscribe(channel)).await,
+                        Ok(Ok(()))
+                    )
                 }
             });
-            futures_join_all(subscribe).await;
+            // Subscribed once any server answered: a notice from any of them
+            // counts, and waiters poll besides. (Retrying the others on every
+            // new waiter would make each of them wait out a down server.)
+            *subscribed = futures_join_all(subscribe).await.into_iter().any(|ok| ok);
         }
         waiting
+    }
+
+    /// Gives `channel` up on every server if nobody waits on it any more
+    /// (checked again under its subscription lock, so a waiter that came
+    /// meanwhile keeps it).
+    async fn give_up(self: Arc<Self>, channel: String, subscribed: Arc<tokio::sync::Mutex<bool>>) {
+        let mut subscribed = subscribed.lock().await;
+        let idle = |waiters: &Self| {
+            waiters
+                .channels()
+                .get(&channel)
+                .is_none_or(|c| c.members.is_empty())
+        };
+        if !idle(&self) {
+            return;
+        }
+        if *subscribed {
+            for subscriber in &self.subscribers {
+                let _ = tokio::time::timeout(self.timeout, subscriber.unsubscribe(channel.clone())).await;
+            }
+            *subscribed = false;
+        }
+        let mut channels = self.channels();
+        if channels.get(&channel).is_some_and(|c| c.members.is_empty()) {
+            channels.remove(&channel);
+        }
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let last = {
+        let idle = {
             let mut channels = self.waiters.channels();
             match channels.get_mut(&self.channel) {
                 Some(c) => {
                     c.members.retain(|(slot, _, _)| *slot != self.slot);
-                    if c.members.is_empty() {
-                        channels.remove(&self.channel);
-                        true
-                    } else {
-                        false
-                    }
+                    c.members.is_empty().then(|| Arc::clone(&c.subscribed))
                 }
-                None => false,
+                None => None,
             }
         };
-        if last {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                for subscriber in &self.waiters.subscribers {
-                    let (subscriber, channel) = (subscriber.clone(), self.channel.clone());
-                    drop(rt.spawn(async move {
-                        let _ = subscriber.unsubscribe(channel).await;
-                    }));
+        let Some(subscribed) = idle else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(Arc::clone(&self.waiters).give_up(self.channel.clone(), subscribed))),
+            // No runtime: nothing can be sent; forget the channel.
+            Err(_) => {
+                let mut channels = self.waiters.channels();
+                if channels.get(&self.channel).is_some_and(|c| c.members.is_empty()) {
+                    channels.remove(&self.channel);
                 }
             }
         }

@@ -44,13 +44,16 @@
 /// commands the server can run for a fenced grant.
 ///
 /// A waiting client passes its waiter id: a failed attempt queues it (first
-/// attempt's time, kept) and marks it seen now; a grant takes it out of the
-/// queue. See [`RELEASE`] for what the queue is for.
+/// attempt's time, kept), marks it seen now and drops up to 16 waiters not
+/// seen for `ARGV[4]` ms (gone: crashed, cancelled), wherever they are in
+/// the queue; a grant takes it out of the queue. See [`RELEASE`] for what
+/// the queue is for.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` waiter queue,
 /// `KEYS[4]` waiters' last-seen times; `ARGV[1]` value, `ARGV[2]` TTL in ms,
-/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` how long (ms) the
-/// queue outlives its last waiter's attempt. Returns `{1, token}` when granted, `{0, pttl}` when held
+/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` the age (ms) past
+/// which a waiter counts as gone, which is also how long the queue outlives
+/// its last waiter's attempt. Returns `{1, token}` when granted, `{0, pttl}` when held
 /// (`pttl` = -1 if the holder set no expiry). A lock key holding another
 /// type is a `WRONGTYPE` error; a fence counter that is not a number below
 /// 2^53 (set by someone else: NaN, negative, too large for exact Lua
@@ -84,6 +87,10 @@ if waiter and waiter ~= '' then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', now, waiter)
   redis.call('ZADD', KEYS[4], now, waiter)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (now - tonumber(ARGV[4])), 'LIMIT', 0, 16)) do
+    redis.call('ZREM', KEYS[3], gone)
+    redis.call('ZREM', KEYS[4], gone)
+  end
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
 end
@@ -94,7 +101,8 @@ return {0, redis.call('PTTL', KEYS[1])}
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` waiter queue, `KEYS[3]` last-seen times;
 /// `ARGV[1]` value, `ARGV[2]` TTL in ms, `ARGV[3]` waiter id (empty: not
-/// waiting), `ARGV[4]` the queue's lifetime in ms (as [`ACQUIRE`]). Returns
+/// waiting), `ARGV[4]` the age (ms) past which a waiter is gone (as
+/// [`ACQUIRE`], pruned the same way). Returns
 /// `{1, 0}` when granted, `{0, pttl, holder's value}` when held (the value
 /// tells a real holder from a split vote across nodes); `WRONGTYPE` as
 /// [`ACQUIRE`].
@@ -116,6 +124,10 @@ if waiter and waiter ~= '' then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', KEYS[2], 'NX', now, waiter)
   redis.call('ZADD', KEYS[3], now, waiter)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - tonumber(ARGV[4])), 'LIMIT', 0, 16)) do
+    redis.call('ZREM', KEYS[2], gone)
+    redis.call('ZREM', KEYS[3], gone)
+  end
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end

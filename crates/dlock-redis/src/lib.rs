@@ -40,7 +40,8 @@
 //!   subscription per waited-on key). The release script publishes the id
 //!   of the longest-queued waiter seen within the last second, so a release
 //!   wakes **one** waiter, not all (no herd); `*` (everyone) when nobody
-//!   waits. Waiters also poll with jitter, never longer than the holder's
+//!   waits. Waiters not seen for a second (crashed, cancelled) are dropped
+//!   from the queue by the others' attempts, wherever they are in it. Waiters also poll with jitter, never longer than the holder's
 //!   remaining TTL: a notice lost, or naming a waiter that just died, costs
 //!   at most one poll. Redis locks stay non-FIFO: a newcomer can take a
 //!   free key before the named waiter retries.

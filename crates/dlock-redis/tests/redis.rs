@@ -540,3 +540,112 @@ async fn names_that_collide_with_the_layout_are_invalid() {
         );
     }
 }
+
+/// A waiter that crashed behind a live one is pruned by the live one's next
+/// attempt, not only once it reaches the head of the queue: a busy key's
+/// queue does not grow with every client that ever died waiting on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_behind_a_live_one_leaves_the_queue() {
+    use dlock_redis_protocol::scripts::{SEEN_SUFFIX, companion_key};
+    use fred::prelude::{Builder, ClientLike, Config, LuaInterface};
+    let server = Redis::start().await.unwrap();
+    let prefix = ns();
+    let k = key("crowded");
+    let holder = connect(&server, &prefix).await;
+    let lock_key = holder.redis_key(&k).unwrap();
+    let raw = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    raw.init().await.unwrap();
+
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let live = connect(&server, &prefix).await;
+    let (l2, k2) = (live.clone(), k.clone());
+    let waiting = tokio::spawn(async move {
+        l2.acquire(&k2, AcquireOptions::default().wait(Wait::For(LIMIT)))
+            .await
+    });
+    until("the live waiter queued", async || {
+        queue(&raw, &lock_key).await.len() == 1
+    })
+    .await;
+    // Crashed waiters behind it: queued after it, last seen long ago (what
+    // a client that died mid-wait leaves behind).
+    let q = companion_key(&lock_key, dlock_redis_protocol::scripts::QUEUE_SUFFIX);
+    let seen = companion_key(&lock_key, SEEN_SUFFIX);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    for i in 0..3u32 {
+        let id = format!("w{:024x}", 0xdead_0000 + i);
+        let _: i64 = raw
+            .eval(
+                "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3]); \
+                 return redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])",
+                vec![q.clone(), seen.clone()],
+                vec![format!("{}", now_ms + 60_000.0), "1".to_owned(), id],
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(queue(&raw, &lock_key).await.len(), 4);
+    until("the crashed waiters left the queue", async || {
+        queue(&raw, &lock_key).await.len() == 1
+    })
+    .await;
+    let seen_left: i64 = raw
+        .eval(
+            "return redis.call('ZCARD', KEYS[1])",
+            vec![seen.clone()],
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen_left, 1, "their last-seen times stayed");
+    g.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// A waiter that gives up a key's subscription (the last of this handle's
+/// waiters on it) while a new one takes it: the new one stays subscribed,
+/// whatever order the two reach the server in. (On one thread the
+/// unsubscribe left behind runs only while the new waiter subscribes: the
+/// order that lost the subscription.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_new_waiter_keeps_the_subscription_the_last_one_gave_up() {
+    use dlock_redis_protocol::notices::Waiters;
+    use fred::prelude::{Builder, ClientLike, Config};
+    let server = Redis::start().await.unwrap();
+    let port = addr(&server).port().to_string();
+    let numsub = |channel: &str| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port, "pubsub", "numsub", channel])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .map(|n| n.trim().to_owned())
+            .unwrap()
+    };
+    let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build_subscriber_client()
+        .unwrap();
+    subscriber.init().await.unwrap();
+    let (waiters, tasks) = Waiters::start(vec![subscriber.clone()], Duration::from_secs(5));
+    for round in 0..5 {
+        let channel = format!("{}released:{round}", ns());
+        let first = waiters.wait_on(channel.clone()).await;
+        assert_eq!(numsub(&channel), "1");
+        drop(first);
+        let second = waiters.wait_on(channel.clone()).await;
+        // Whatever the handle sent before this answer has been answered.
+        let _: () = subscriber.ping(None).await.unwrap();
+        let _: () = subscriber.ping(None).await.unwrap();
+        assert_eq!(numsub(&channel), "1", "round {round}: the subscription was lost");
+        drop(second);
+        until("the last waiter's unsubscribe", async || numsub(&channel) == "0").await;
+    }
+    tasks.iter().for_each(|t| t.abort());
+}

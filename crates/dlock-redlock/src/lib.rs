@@ -50,8 +50,12 @@
 //! - Otherwise the value is released on every node at once (the silent ones
 //!   too), and the next round waits for a release notice from any node or a
 //!   random delay (`retry_jitter`). A waiter queues itself on every node
-//!   (beside the key, as `dlock-redis` does) and a release names the first
-//!   live waiter of its node, so one waiter retries per release, not all.
+//!   where the key is held (beside the key, as `dlock-redis` does; where it
+//!   is free the waiter's attempt wins that node and gives it back) and a
+//!   release names the first live waiter of its node, so one waiter retries
+//!   per release, not all. A waiter counts as gone (skipped, and dropped
+//!   by the others' attempts) when not seen for four of its rounds
+//!   (`retry_jitter + node_timeout` each), at least a second.
 //! - Extend needs a quorum too; a failed extend fires `lost()` and does not
 //!   release the other nodes' keys. Release is compare-value on every node.
 //! - No quorum is [`Error::Unavailable`](dlock_core::Error::Unavailable)

@@ -32,9 +32,17 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 const SPLIT_VOTE_ROUNDS: usize = 5;
 
 /// A waiter not seen (no attempt) for this long counts as gone: releases
-/// stop naming it (at least this, and several retry delays).
-fn waiter_gone(retry_jitter: Duration) -> u64 {
-    millis(retry_jitter * 4).max(1000)
+/// stop naming it and other waiters' attempts drop it. At least a second,
+/// and several of its rounds (a retry delay plus a node's answer, which a
+/// slow node or a busy client may take the whole node timeout for).
+fn waiter_gone(config: &RedlockConfig) -> u64 {
+    millis(
+        config
+            .retry_jitter
+            .saturating_add(config.node_timeout)
+            .saturating_mul(4),
+    )
+    .max(1000)
 }
 
 /// Redlock over N independent Redis nodes. Cheap to clone.
@@ -336,7 +344,7 @@ impl Redlock {
         };
         let sent = Instant::now();
         let ttl_ms = millis(ttl).to_string();
-        let gone_ms = waiter_gone(self.inner.config.retry_jitter).to_string();
+        let gone_ms = waiter_gone(&self.inner.config).to_string();
         let (queue, seen) = (
             scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
             scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
@@ -468,7 +476,7 @@ impl Redlock {
     pub(crate) async fn release_everywhere(&self, lock_key: &str, value: &str) -> Tally {
         let channel = scripts::channel(lock_key);
         let channel = channel.as_str();
-        let gone_ms = waiter_gone(self.inner.config.retry_jitter).to_string();
+        let gone_ms = waiter_gone(&self.inner.config).to_string();
         let gone_ms = gone_ms.as_str();
         let (queue, seen) = (
             scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),

@@ -324,7 +324,12 @@ async fn a_release_names_the_first_queued_waiter_on_every_node() {
     use dlock_redis_protocol::scripts;
     use fred::prelude::{Builder, ClientLike, Config, EventInterface, LuaInterface, PubsubInterface};
     let nodes = Nodes::start().await;
-    let holder = Redlock::connect(nodes.config()).await.unwrap();
+    // Queueing and naming are under test, not timeouts: a node timeout a
+    // busy machine keeps (with the default 50 ms, attempts skipped on a
+    // starved client are not even sent).
+    let mut config = nodes.config();
+    config.node_timeout = Duration::from_millis(500);
+    let holder = Redlock::connect(config.clone()).await.unwrap();
     let k = key("queue");
     let lock_key = holder.redis_key(&k);
     let queue_key = scripts::companion_key(&lock_key, scripts::QUEUE_SUFFIX);
@@ -351,18 +356,30 @@ async fn a_release_names_the_first_queued_waiter_on_every_node() {
         }
         all
     };
-    let observer =
-        Builder::from_config(Config::from_url(&format!("redis://{}", nodes.servers.addrs()[0])).unwrap())
-            .build_subscriber_client()
-            .unwrap();
+    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
+    // The nodes the holder got (a quorum, not always all: a grant does not
+    // wait for the rest). Waiters queue where the key is held; on a node
+    // it is not, a waiter's attempt wins that node for the moment (and
+    // gives it back), and no release there would name anyone.
+    let values = nodes.values(&lock_key).await;
+    let held: Vec<usize> = (0..values.len()).filter(|&n| values[n] != "$-1").collect();
+    assert!(held.len() >= 3, "{held:?}");
+    let on_held =
+        |all: Vec<Vec<String>>| -> Vec<Vec<String>> { held.iter().map(|&n| all[n].clone()).collect() };
+    // Notices from a node the holder holds (one release names its own
+    // queue's first waiter).
+    let observer = Builder::from_config(
+        Config::from_url(&format!("redis://{}", nodes.servers.addrs()[held[0]])).unwrap(),
+    )
+    .build_subscriber_client()
+    .unwrap();
     observer.init().await.unwrap();
     let mut notices = observer.message_rx();
     observer.subscribe(scripts::channel(&lock_key)).await.unwrap();
 
-    let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..2 {
-        let w = Redlock::connect(nodes.config()).await.unwrap();
+        let w = Redlock::connect(config.clone()).await.unwrap();
         let k2 = k.clone();
         tasks.push(tokio::spawn(async move {
             let g = w
@@ -371,15 +388,19 @@ async fn a_release_names_the_first_queued_waiter_on_every_node() {
             (w, g)
         }));
         let deadline = Instant::now() + LIMIT;
-        while !queues(&raws).await.iter().all(|q| q.len() == i + 1) {
+        loop {
+            let now = on_held(queues(&raws).await);
+            if now.iter().all(|q| q.len() == i + 1) {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
-                "the waiter did not queue on every node"
+                "waiter {i} did not queue on every node the holder holds ({held:?}): {now:?}"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let order = queues(&raws).await;
+    let order = on_held(queues(&raws).await);
     assert!(
         order.iter().all(|q| *q == order[0]),
         "the nodes queued differently: {order:?}"
