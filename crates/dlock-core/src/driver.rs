@@ -14,7 +14,9 @@
 //!   before it.
 //! - [`clean_up_in_background`]: the one detached clean-up (release on drop,
 //!   a contender entry left by a cancelled or timed-out acquire), with one
-//!   retry policy.
+//!   retry policy; [`spawn_detached`] for a single detached request (a
+//!   revoke, an unsubscribe); [`OnDrop`], the armed drop guard that starts
+//!   one when a call ends early.
 //!
 //! This module is public so that drivers outside this workspace can keep
 //! the contract the same way; it is versioned with the crate like the rest
@@ -216,6 +218,28 @@ impl Validity {
     pub fn is_lost(&self) -> bool {
         self.lost.is_fired()
     }
+
+    /// Resolves once the deadline has passed (following renewals that move
+    /// it) or the signal fired. It does not fire the signal itself.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn ran_out(&self) {
+        loop {
+            let moved = self.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            let at = self.deadline();
+            if self.is_lost() || at <= Instant::now() {
+                return;
+            }
+            tokio::select! {
+                () = moved => {}
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+    }
 }
 
 /// The keeper task of a guard: fires `lost()` when the local deadline
@@ -350,6 +374,71 @@ where
     }));
 }
 
+/// Runs `task` detached on the current Tokio runtime (a single request a
+/// drop sends: revoking a lease, giving up a subscription). Outside a
+/// runtime nothing can run: that is logged, and the backstop (TTL, lease,
+/// session) is what remains.
+pub fn spawn_detached<Fut>(what: &str, task: Fut)
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(task)),
+        Err(_) => tracing::debug!(what = %what, "no Tokio runtime to run a detached request in"),
+    }
+}
+
+/// An armed drop guard: `clean_up(state)` runs when it is dropped unless it
+/// was disarmed first. The shape of every "if this call ends early (an
+/// error, a cancelled future), undo what it did": arm it before the request
+/// whose effect must be undone, update its state as the call learns more,
+/// disarm it once the effect is wanted.
+///
+/// ```
+/// use dlock_core::driver::OnDrop;
+/// let mut undo = OnDrop::new(None, |rev: Option<i64>| println!("delete {rev:?}"));
+/// *undo.state_mut() = Some(7); // learned from the reply
+/// assert_eq!(undo.disarm(), Some(7)); // granted: nothing to undo
+/// ```
+#[must_use = "dropping it at once runs the clean-up at once"]
+pub struct OnDrop<T, F: FnOnce(T)> {
+    armed: Option<(T, F)>,
+}
+
+impl<T, F: FnOnce(T)> OnDrop<T, F> {
+    /// Armed with `state`.
+    pub fn new(state: T, clean_up: F) -> Self {
+        OnDrop {
+            armed: Some((state, clean_up)),
+        }
+    }
+
+    /// The state the clean-up will get.
+    pub fn state_mut(&mut self) -> &mut T {
+        match &mut self.armed {
+            Some((state, _)) => state,
+            // Only `disarm` (which consumes the guard) and `drop` empty it.
+            None => unreachable!("an OnDrop is armed until disarmed or dropped"),
+        }
+    }
+
+    /// The clean-up will not run; returns its state.
+    pub fn disarm(mut self) -> T {
+        match self.armed.take() {
+            Some((state, _)) => state,
+            None => unreachable!("an OnDrop is armed until disarmed or dropped"),
+        }
+    }
+}
+
+impl<T, F: FnOnce(T)> Drop for OnDrop<T, F> {
+    fn drop(&mut self) {
+        if let Some((state, clean_up)) = self.armed.take() {
+            clean_up(state);
+        }
+    }
+}
+
 /// `url` with its credentials hidden, for messages and `Debug`: everything
 /// between `scheme://` and the *last* `@` is userinfo (a password may hold
 /// `/`, `?`, `#` or `@` unescaped; hiding too much is better than printing
@@ -474,5 +563,23 @@ mod tests {
         v.renewed(Instant::now() + Duration::from_secs(5), Duration::from_secs(10));
         assert_eq!(v.deadline(), before);
         assert!(signal.is_lost() && !v.is_valid());
+    }
+
+    #[test]
+    fn on_drop_runs_once_unless_disarmed() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let ran = AtomicU32::new(0);
+        {
+            let mut undo = OnDrop::new(1, |n| {
+                ran.fetch_add(n, Ordering::SeqCst);
+            });
+            *undo.state_mut() = 5;
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 5);
+        let undo = OnDrop::new(1, |n| {
+            ran.fetch_add(n, Ordering::SeqCst);
+        });
+        assert_eq!(undo.disarm(), 1);
+        assert_eq!(ran.load(Ordering::SeqCst), 5);
     }
 }

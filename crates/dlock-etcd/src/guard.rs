@@ -7,18 +7,18 @@ use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, R
 use tokio::task::JoinHandle;
 
 use crate::error::BACKEND;
-use crate::lock::EtcdLock;
-use crate::recipe::{self, Resigned};
+use crate::protocol::{self, Conn};
 use crate::session::{MIN_TTL, Session};
+use dlock_core::driver::{Outcome, Refusal};
 
 /// The guard of an etcd grant. Its token is its key's create revision.
 ///
 /// `lost()` fires when the session's lease is, or may be, gone (see
-/// [`EtcdLock`] for sessions). Dropping the guard deletes its key in the
+/// [`EtcdLock`](crate::EtcdLock) for sessions). Dropping the guard deletes its key in the
 /// background (best effort; the lease is the backstop).
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct EtcdGuard {
-    lock: EtcdLock,
+    conn: Arc<Conn>,
     key: LockKey,
     my_key: String,
     my_rev: i64,
@@ -48,7 +48,7 @@ fn follow(session: &Session, trigger: &LostTrigger) -> JoinHandle<()> {
 
 impl EtcdGuard {
     pub(crate) fn new(
-        lock: EtcdLock,
+        conn: Arc<Conn>,
         key: LockKey,
         my_key: String,
         my_rev: i64,
@@ -57,7 +57,7 @@ impl EtcdGuard {
         let (trigger, lost) = LostSignal::pair();
         let watcher = follow(&session, &trigger);
         EtcdGuard {
-            lock,
+            conn,
             key,
             my_key,
             my_rev,
@@ -130,9 +130,9 @@ impl EtcdGuard {
     ///
     /// Dropping the future after sending may or may not write.
     pub async fn put_if_held(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
-        let timeout = self.lock.inner.config.request_timeout;
-        recipe::put_if_owner(
-            &self.lock.inner.client,
+        let timeout = self.conn.timeout;
+        protocol::put_if_owner(
+            &self.conn.client,
             &self.my_key,
             self.my_rev,
             key.as_ref(),
@@ -142,13 +142,8 @@ impl EtcdGuard {
         .await
     }
 
-    fn refusal(&self, found: Resigned) -> Result<()> {
-        let key = self.key.as_str().to_owned();
-        match found {
-            Resigned::Done => Ok(()),
-            Resigned::Gone => Err(Error::Lost { key }),
-            Resigned::Other => Err(Error::NotHeld { key }),
-        }
+    fn refusal(&self, found: Outcome) -> Result<()> {
+        found.map_err(|r| r.into_error(&self.key))
     }
 }
 
@@ -176,7 +171,7 @@ impl Guard for EtcdGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session().is_alive() && self.pending_alive()
+        !self.lost.is_lost() && !self.conn.is_abandoned() && self.session().is_alive() && self.pending_alive()
     }
 
     /// See [`Guard::extend`]. On a shared session the lease is kept alive
@@ -195,12 +190,11 @@ impl Guard for EtcdGuard {
     /// Dropping the future may leave a fresh lease unused (revoked when
     /// dropped) and the key on its old lease.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        if self.lock.is_abandoned() {
+        if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
         let _one_at_a_time = self.extending.lock().await;
-        let timeout = self.lock.inner.config.request_timeout;
-        let client = &self.lock.inner.client;
+        let (client, timeout) = (&self.conn.client, self.conn.timeout);
         let session = self.session();
         if !session.is_alive() {
             self.trigger.fire();
@@ -209,10 +203,10 @@ impl Guard for EtcdGuard {
             });
         }
         let found = if session.kept_alive {
-            if recipe::still_ours(client, &self.my_key, self.my_rev, timeout).await? {
-                Resigned::Done
+            if protocol::still_ours(client, &self.my_key, self.my_rev, timeout).await? {
+                Ok(())
             } else {
-                Resigned::Gone
+                Err(Refusal::Expired)
             }
         } else {
             let fresh = Session::open(
@@ -220,7 +214,7 @@ impl Guard for EtcdGuard {
                 ttl.max(MIN_TTL),
                 false,
                 timeout,
-                Arc::clone(&self.lock.inner.abandoned),
+                Arc::clone(&self.conn.abandoned),
             )
             .await?;
             // Until the answer is in, the key may be on either lease: the
@@ -231,8 +225,8 @@ impl Guard for EtcdGuard {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((Arc::clone(&fresh), follow(&fresh, &self.trigger)));
             let found =
-                recipe::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
-            if found == Resigned::Done {
+                protocol::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
+            if found.is_ok() {
                 // The key is on the fresh lease, on no other.
                 self.forget_pending(|_| false);
                 let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
@@ -248,7 +242,7 @@ impl Guard for EtcdGuard {
             }
             found
         };
-        if found != Resigned::Done {
+        if found.is_err() {
             self.trigger.fire();
         }
         self.refusal(found)
@@ -267,13 +261,12 @@ impl Guard for EtcdGuard {
     /// Dropping the future drops the guard, whose `Drop` deletes the key in
     /// the background.
     async fn release(mut self) -> Result<()> {
-        if self.lock.is_abandoned() {
+        if self.conn.is_abandoned() {
             self.released = true;
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
-        let timeout = self.lock.inner.config.request_timeout;
         // On an error, Drop keeps trying in the background.
-        let found = recipe::resign(&self.lock.inner.client, &self.my_key, self.my_rev, timeout).await?;
+        let found = protocol::resign(&self.conn.client, &self.my_key, self.my_rev, self.conn.timeout).await?;
         self.released = true;
         self.trigger.fire();
         self.refusal(found)
@@ -289,8 +282,53 @@ impl Drop for EtcdGuard {
         self.forget_pending(|_| false);
         if !self.released {
             let session = self.session();
-            self.lock
-                .resign_in_background(std::mem::take(&mut self.my_key), Some(self.my_rev), &session);
+            resign_in_background(
+                &self.conn,
+                std::mem::take(&mut self.my_key),
+                Some(self.my_rev),
+                &session,
+            );
         }
     }
+}
+
+/// Deletes a contender key in the background (for drops, failed releases
+/// and failed clean-ups of timed-out or cancelled acquires), by create
+/// revision, or by lease when the revision is not known; retrying until it
+/// is gone or its lease is: a key left behind on a lease kept alive would
+/// block the lock for good.
+pub(crate) fn resign_in_background(
+    conn: &Arc<Conn>,
+    my_key: String,
+    my_rev: Option<i64>,
+    session: &Arc<Session>,
+) {
+    if conn.is_abandoned() {
+        return;
+    }
+    // The session is held until the key is gone: its own drop (a single
+    // revoke) must not be the only try.
+    let (lease, session, gone_conn, conn) = (
+        session.lease,
+        Arc::clone(session),
+        Arc::clone(conn),
+        Arc::clone(conn),
+    );
+    dlock_core::driver::clean_up_in_background(
+        format!("etcd: delete {my_key}"),
+        None,
+        move || gone_conn.is_abandoned() || !session.is_alive(),
+        move || {
+            let (conn, my_key) = (Arc::clone(&conn), my_key.clone());
+            async move {
+                let (client, timeout) = (&conn.client, conn.timeout);
+                match my_rev {
+                    Some(rev) => protocol::resign(client, &my_key, rev, timeout).await.map(drop),
+                    None => protocol::resign_by_lease(client, &my_key, lease, timeout)
+                        .await
+                        .map(drop),
+                }
+            }
+        },
+    );
 }

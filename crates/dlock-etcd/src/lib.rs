@@ -25,7 +25,7 @@
 //!
 //! ## Protocol
 //!
-//! The recipe is etcd's own `concurrency.Mutex` (see the `recipe` module
+//! The recipe is etcd's own `concurrency.Mutex` (see the `protocol` module
 //! source): a key `{prefix}{name}/{lease:x}-{n:x}` per contender (the lease in
 //! hex, as Go names it, and a per-acquire number), created in a
 //! transaction; the lowest create revision holds; waiters watch only their
@@ -49,7 +49,7 @@ mod config;
 mod error;
 mod guard;
 mod lock;
-mod recipe;
+mod protocol;
 mod session;
 
 pub use config::EtcdConfig;

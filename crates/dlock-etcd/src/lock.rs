@@ -1,17 +1,18 @@
 //! [`EtcdLock`]: connecting, sessions, acquiring.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
 use crate::error::{BACKEND, map_err};
-use crate::guard::EtcdGuard;
-use crate::recipe::{self, Resigned, bounded};
+use crate::guard::{EtcdGuard, resign_in_background};
+use crate::protocol::{self, Conn};
 use crate::session::{MIN_TTL, Session, lease_seconds};
+use dlock_core::driver::OnDrop;
 
 /// The HTTP/2 ping interval on the connection to etcd (dead-connection
 /// detection). etcd refuses pings closer than its `--grpc-keepalive-min-time`
@@ -47,14 +48,13 @@ pub struct EtcdLock {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: Client,
-    pub(crate) config: EtcdConfig,
+    conn: Arc<Conn>,
+    config: EtcdConfig,
     /// The shared, kept-alive sessions: one per lease TTL.
     sessions: Mutex<Vec<Arc<Session>>>,
     /// Held while a shared session is opened, so racing first acquires open
     /// one, not one each.
     opening: tokio::sync::Mutex<()>,
-    pub(crate) abandoned: Arc<AtomicBool>,
     host: String,
 }
 
@@ -149,27 +149,17 @@ impl EtcdLock {
                 }
             };
         // Prove the cluster answers (connect is lazy for some transports).
-        bounded(
-            config.dial_timeout,
-            client
-                .clone()
-                .get("dlock-probe", Some(GetOptions::new().with_count_only())),
-        )
-        .await
-        .map_err(|e| match e {
-            Error::Backend { source, .. } => Error::Unavailable {
-                backend: BACKEND,
-                source,
-            },
-            other => other,
-        })?;
+        protocol::probe(&client, config.dial_timeout).await?;
         Ok(EtcdLock {
             inner: Arc::new(Inner {
-                client,
+                conn: Arc::new(Conn {
+                    client,
+                    timeout: config.request_timeout,
+                    abandoned: Arc::default(),
+                }),
                 config,
                 sessions: Mutex::default(),
                 opening: tokio::sync::Mutex::new(()),
-                abandoned: Arc::default(),
                 host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
                     .unwrap_or_else(|_| "unknown-host".to_owned()),
@@ -197,8 +187,8 @@ impl EtcdLock {
     ///
     /// Read-only; safe to drop at any point.
     pub async fn holder(&self, key: &LockKey) -> Result<Option<EtcdHolder>> {
-        let kv = recipe::holder(
-            &self.inner.client,
+        let kv = protocol::holder(
+            &self.inner.conn.client,
             &self.lock_prefix(key),
             self.inner.config.request_timeout,
         )
@@ -222,26 +212,19 @@ impl EtcdLock {
     /// Read-only; safe to drop at any point.
     pub async fn contender_keys(&self, namespace: &str) -> Result<Vec<String>> {
         let prefix = format!("{}{namespace}", self.inner.config.key_prefix);
-        let resp = bounded(
+        protocol::keys_under(
+            &self.inner.conn.client,
+            &prefix,
             self.inner.config.request_timeout,
-            self.inner
-                .client
-                .clone()
-                .get(prefix, Some(GetOptions::new().with_prefix().with_keys_only())),
         )
-        .await?;
-        Ok(resp
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect())
+        .await
     }
 
     /// Drops everything without releasing: sessions stop keeping their leases
     /// alive and revoke nothing, guards' drops delete nothing; etcd frees the
     /// locks when the leases expire. As if this process had died.
     pub fn abandon(&self) {
-        self.inner.abandoned.store(true, Ordering::SeqCst);
+        self.inner.conn.abandoned.store(true, Ordering::SeqCst);
         self.inner
             .sessions
             .lock()
@@ -249,15 +232,15 @@ impl EtcdLock {
             .clear();
     }
 
-    pub(crate) fn is_abandoned(&self) -> bool {
-        self.inner.abandoned.load(Ordering::SeqCst)
+    fn is_abandoned(&self) -> bool {
+        self.inner.conn.is_abandoned()
     }
 
     /// The shared, kept-alive session of this TTL for an acquire (a new one
     /// if there is none alive).
     pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let timeout = self.inner.config.request_timeout;
-        let abandoned = Arc::clone(&self.inner.abandoned);
+        let abandoned = Arc::clone(&self.inner.conn.abandoned);
         // Matched on the TTL asked for, not the one granted: a server that
         // grants another TTL must not get a new lease per acquire.
         let wanted = lease_seconds(ttl);
@@ -276,7 +259,7 @@ impl EtcdLock {
         if let Some(s) = find() {
             return Ok(s);
         }
-        let session = Session::open(&self.inner.client, ttl, true, timeout, abandoned).await?;
+        let session = Session::open(&self.inner.conn.client, ttl, true, timeout, abandoned).await?;
         self.inner
             .sessions
             .lock()
@@ -290,55 +273,6 @@ impl EtcdLock {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         format!("{} {} {since}", self.inner.host, std::process::id())
-    }
-
-    /// Deletes a contender key in the background (for drops, failed
-    /// releases and failed clean-ups of timed-out waits), retrying until it
-    /// is gone or its lease is: a key left behind on a lease kept alive
-    /// would block the lock for good.
-    pub(crate) fn resign_in_background(&self, my_key: String, my_rev: Option<i64>, session: &Arc<Session>) {
-        if self.is_abandoned() {
-            return;
-        }
-        let (lock, gone_lock) = (self.clone(), self.clone());
-        // Held until the key is gone: the session's own drop (a single
-        // revoke) must not be the only try.
-        let (lease, session) = (session.lease, Arc::clone(session));
-        dlock_core::driver::clean_up_in_background(
-            format!("etcd: delete {my_key}"),
-            None,
-            move || gone_lock.is_abandoned() || !session.is_alive(),
-            move || {
-                let (lock, my_key) = (lock.clone(), my_key.clone());
-                async move {
-                    let (client, timeout) = (&lock.inner.client, lock.inner.config.request_timeout);
-                    match my_rev {
-                        Some(rev) => recipe::resign(client, &my_key, rev, timeout).await.map(drop),
-                        None => recipe::resign_by_lease(client, &my_key, lease, timeout)
-                            .await
-                            .map(drop),
-                    }
-                }
-            },
-        );
-    }
-}
-
-/// Deletes our contender key if an acquire ends without a grant (dropped).
-struct ResignOnDrop<'a> {
-    lock: &'a EtcdLock,
-    my_key: &'a str,
-    my_rev: Option<i64>,
-    session: &'a Arc<Session>,
-    armed: bool,
-}
-
-impl Drop for ResignOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lock
-                .resign_in_background(self.my_key.to_owned(), self.my_rev, self.session);
-        }
     }
 }
 
@@ -383,7 +317,7 @@ impl Lock for EtcdLock {
         }
         let started = Instant::now();
         let timeout = self.inner.config.request_timeout;
-        let client = &self.inner.client;
+        let client = &self.inner.conn.client;
         let pfx = self.lock_prefix(key);
         let ttl = opts.ttl.max(MIN_TTL);
         // Waiting happens on a kept-alive lease whatever the options: a wait
@@ -391,19 +325,18 @@ impl Lock for EtcdLock {
         // lease of its own below, so its TTL counts from the grant).
         let session = self.session(ttl).await?;
         let lease = session.lease;
-        let my_key = format!("{pfx}{lease:x}-{:x}", session.next_attempt());
-        let mut cleanup = ResignOnDrop {
-            lock: self,
-            my_key: &my_key,
-            my_rev: None,
-            session: &session,
-            armed: true,
-        };
-        let (my_rev, first) = recipe::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
-        cleanup.my_rev = Some(my_rev);
+        let my_key = protocol::contender_key(&pfx, lease, session.next_attempt());
+        // An acquire that ends without a grant (an error, a timeout, a
+        // dropped future) deletes its contender key: by create revision, or
+        // by lease while the transaction's reply is not in.
+        let mut cleanup = OnDrop::new(None, |my_rev| {
+            resign_in_background(&self.inner.conn, my_key.clone(), my_rev, &session);
+        });
+        let (my_rev, first) = protocol::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
+        *cleanup.state_mut() = Some(my_rev);
         if !first {
             let survived = match opts.wait {
-                Wait::No => return Err(timed_out(&mut cleanup, key).await),
+                Wait::No => return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await),
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
                         dlock_core::driver::saturating_add(started, d).into(),
@@ -412,7 +345,9 @@ impl Lock for EtcdLock {
                     .await;
                     match waited {
                         Ok(r) => r?,
-                        Err(_) => return Err(timed_out(&mut cleanup, key).await),
+                        Err(_) => {
+                            return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await);
+                        }
                     }
                 }
                 Wait::Forever => wait_in_line(client, &pfx, &my_key, my_rev, timeout, &session).await?,
@@ -427,20 +362,32 @@ impl Lock for EtcdLock {
         let session = if opts.auto_extend {
             Arc::clone(&session)
         } else {
-            let own = Session::open(client, ttl, false, timeout, Arc::clone(&self.inner.abandoned)).await?;
+            let own = Session::open(
+                client,
+                ttl,
+                false,
+                timeout,
+                Arc::clone(&self.inner.conn.abandoned),
+            )
+            .await?;
             // On an error here the clean-up (armed) deletes the key by revision.
-            match recipe::move_to_lease(client, &my_key, my_rev, own.lease, timeout).await? {
-                Resigned::Done => own,
-                Resigned::Gone | Resigned::Other => {
+            match protocol::move_to_lease(client, &my_key, my_rev, own.lease, timeout).await? {
+                Ok(()) => own,
+                Err(_) => {
                     return Err(Error::Lost {
                         key: key.as_str().to_owned(),
                     });
                 }
             }
         };
-        cleanup.armed = false;
-        drop(cleanup);
-        Ok(EtcdGuard::new(self.clone(), key.clone(), my_key, my_rev, session))
+        cleanup.disarm();
+        Ok(EtcdGuard::new(
+            Arc::clone(&self.inner.conn),
+            key.clone(),
+            my_key,
+            my_rev,
+            session,
+        ))
     }
 }
 
@@ -456,21 +403,25 @@ async fn wait_in_line(
 ) -> Result<bool> {
     let ended = session.lost();
     tokio::select! {
-        r = recipe::wait_for_predecessors(client, pfx, my_key, my_rev, timeout) => r,
+        r = protocol::wait_for_predecessors(client, pfx, my_key, my_rev, timeout) => r,
         () = ended.wait() => Ok(false),
     }
 }
 
-/// Out of time: our key goes at once if it can; if that fails the clean-up
-/// stays armed and retries in the background.
-async fn timed_out(cleanup: &mut ResignOnDrop<'_>, key: &LockKey) -> Error {
-    let (lock, timeout) = (cleanup.lock, cleanup.lock.inner.config.request_timeout);
-    if let Some(rev) = cleanup.my_rev
-        && recipe::resign(&lock.inner.client, cleanup.my_key, rev, timeout)
-            .await
-            .is_ok()
+/// Out of time: our key goes at once if it can; if that fails, the
+/// clean-up (dropped armed) retries in the background.
+async fn timed_out<F: FnOnce(Option<i64>)>(
+    conn: &Conn,
+    cleanup: OnDrop<Option<i64>, F>,
+    my_key: &str,
+    my_rev: i64,
+    key: &LockKey,
+) -> Error {
+    if protocol::resign(&conn.client, my_key, my_rev, conn.timeout)
+        .await
+        .is_ok()
     {
-        cleanup.armed = false;
+        cleanup.disarm();
     }
     Error::Timeout {
         key: key.as_str().to_owned(),

@@ -2,16 +2,16 @@
 //! without auto-extend, left to run out), and the signal that fires when it
 //! is, or may be, gone.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Drift, saturating_add};
-use dlock_core::{LostSignal, LostTrigger, Result};
+use dlock_core::driver::{Drift, Validity, saturating_add};
+use dlock_core::{LostSignal, Result};
 use etcd_client::Client;
 use tokio::task::JoinHandle;
 
-use crate::recipe::bounded;
+use crate::protocol::{self, KeepAlive, Renewal};
 
 /// The shortest lease etcd grants.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
@@ -25,29 +25,6 @@ pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
     i64::try_from(secs.max(MIN_TTL.as_secs())).unwrap_or(i64::MAX)
 }
 
-/// What the session's task and its users share.
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    deadline: Mutex<Instant>,
-    lost: LostTrigger,
-    signal: LostSignal,
-}
-
-impl LeaseState {
-    pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn renewed(&self, sent: Instant, ttl: Duration) {
-        let d = Drift::DEFAULT.deadline(sent, ttl);
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
-    }
-
-    fn fire(&self) {
-        self.lost.fire();
-    }
-}
-
 /// One lease and its keeper.
 pub(crate) struct Session {
     pub(crate) lease: i64,
@@ -56,7 +33,8 @@ pub(crate) struct Session {
     /// grant another).
     pub(crate) asked_seconds: i64,
     pub(crate) kept_alive: bool,
-    state: Arc<LeaseState>,
+    state: Arc<Validity>,
+    signal: LostSignal,
     task: JoinHandle<()>,
     client: Client,
     abandoned: Arc<AtomicBool>,
@@ -86,18 +64,12 @@ impl Session {
         abandoned: Arc<AtomicBool>,
     ) -> Result<Arc<Self>> {
         let (sent, asked) = (Instant::now(), ttl);
-        let granted = bounded(timeout, client.clone().lease_grant(lease_seconds(ttl), None)).await?;
-        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
-        let (lost, signal) = LostSignal::pair();
-        let state = Arc::new(LeaseState {
-            deadline: Mutex::new(Drift::DEFAULT.deadline(sent, ttl)),
-            lost,
-            signal,
-        });
+        let (lease, ttl) = protocol::grant_lease(client, lease_seconds(ttl), timeout).await?;
+        let (state, signal) = Validity::new(sent, ttl, Drift::DEFAULT);
         let task = if kept_alive {
             tokio::spawn(keep_alive(
                 client.clone(),
-                granted.id(),
+                lease,
                 ttl,
                 Arc::clone(&state),
                 Arc::clone(&abandoned),
@@ -106,15 +78,16 @@ impl Session {
             let state = Arc::clone(&state);
             tokio::spawn(async move {
                 tokio::time::sleep_until(state.deadline().into()).await;
-                state.fire();
+                state.fire_lost();
             })
         };
         Ok(Arc::new(Session {
-            lease: granted.id(),
+            lease,
             ttl,
             asked_seconds: lease_seconds(asked),
             kept_alive,
             state,
+            signal,
             task,
             client: client.clone(),
             abandoned,
@@ -130,29 +103,27 @@ impl Session {
 
     /// `true` while the lease is known to be alive.
     pub(crate) fn is_alive(&self) -> bool {
-        !self.state.lost.is_fired() && Instant::now() < self.state.deadline()
+        self.state.is_valid()
     }
 
     /// Fires when the lease is, or may be, gone.
     pub(crate) fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
+        self.signal.clone()
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         self.task.abort();
-        self.state.fire();
+        self.state.fire_lost();
         if self.abandoned.load(Ordering::SeqCst) {
             return;
         }
         // Nobody uses the lease any more: give it back (deleting its keys).
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (client, lease, timeout) = (self.client.clone(), self.lease, self.timeout);
-            drop(rt.spawn(async move {
-                let _ = bounded(timeout, client.clone().lease_revoke(lease)).await;
-            }));
-        }
+        let (client, lease, timeout) = (self.client.clone(), self.lease, self.timeout);
+        dlock_core::driver::spawn_detached("etcd: revoke a lease nobody uses", async move {
+            let _ = protocol::revoke_lease(&client, lease, timeout).await;
+        });
     }
 }
 
@@ -164,7 +135,7 @@ async fn keep_alive(
     client: Client,
     lease: i64,
     ttl: Duration,
-    state: Arc<LeaseState>,
+    state: Arc<Validity>,
     abandoned: Arc<AtomicBool>,
 ) {
     let period = ttl / 3;
@@ -174,28 +145,22 @@ async fn keep_alive(
             return;
         }
         let deadline = state.deadline();
-        let opened = tokio::time::timeout_at(deadline.into(), client.clone().lease_keep_alive(lease)).await;
-        let (mut keeper, mut replies) = match opened {
-            Ok(Ok(pair)) => pair,
-            // The client's word for a first reply of TTL 0: the lease
-            // expired or was revoked. (Retrying it until the deadline kept
-            // a revoked lease "held" for up to a whole TTL.)
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
-                state.fire();
+        let mut stream = match tokio::time::timeout_at(deadline.into(), KeepAlive::open(&client, lease)).await
+        {
+            Ok(Renewal::Alive(stream)) => stream,
+            Ok(Renewal::Gone) | Err(_) => {
+                state.fire_lost();
                 return;
             }
-            Ok(Err(_)) => {
+            Ok(Renewal::Failed) => {
+                // Not in a tight loop.
                 let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
                 tokio::time::sleep_until(retry.into()).await;
                 if Instant::now() >= state.deadline() {
-                    state.fire();
+                    state.fire_lost();
                     return;
                 }
                 continue 'stream;
-            }
-            Err(_) => {
-                state.fire();
-                return;
             }
         };
         loop {
@@ -205,34 +170,25 @@ async fn keep_alive(
             }
             let sent = Instant::now();
             if sent >= state.deadline() {
-                state.fire();
+                state.fire_lost();
                 return;
             }
-            if keeper.keep_alive().await.is_err() {
-                next = Instant::now();
-                continue 'stream;
-            }
-            match tokio::time::timeout_at(state.deadline().into(), replies.message()).await {
-                Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
-                    state.renewed(sent, Duration::from_secs(u64::try_from(reply.ttl()).unwrap_or(0)));
+            match tokio::time::timeout_at(state.deadline().into(), stream.renew()).await {
+                Ok(Renewal::Alive(ttl)) => {
+                    state.renewed(sent, ttl);
                     next = saturating_add(sent, period);
                 }
-                // TTL 0: the lease expired or was revoked.
-                Ok(Ok(Some(_))) => {
-                    state.fire();
+                Ok(Renewal::Gone) | Err(_) => {
+                    state.fire_lost();
                     return;
                 }
-                Ok(Ok(None) | Err(_)) => {
+                Ok(Renewal::Failed) => {
                     // The stream ended: a new one shortly (not in a tight loop).
                     let retry =
                         saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());
                     tokio::time::sleep_until(retry.into()).await;
                     next = Instant::now();
                     continue 'stream;
-                }
-                Err(_) => {
-                    state.fire();
-                    return;
                 }
             }
         }

@@ -288,10 +288,16 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         other.contender_keys(k.as_str()).await.unwrap().len() == 2
     })
     .await;
-    // The waiter's network goes silent before its wait runs out: its delete fails.
+    // The waiter's network goes silent before its wait runs out: its delete
+    // fails. (On a busy machine the silence may start while the waiter is
+    // still setting up its watch: then the acquire ends Unavailable, and
+    // the same clean-up must follow.)
     proxy.set(Fault::Blackhole);
     let r = tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
-    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::Timeout { .. } | Error::Unavailable { .. })),
+        "{r:?}"
+    );
     proxy.set(Fault::None);
     g.release().await.unwrap();
     // The waiter's lease lives on (its handle is still open).

@@ -1,14 +1,13 @@
 //! [`ZkGuard`]: a held lock node.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::{Drift, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::lock::ZkLock;
-use crate::recipe;
+use crate::protocol;
 use crate::session::Session;
 
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
@@ -24,52 +23,21 @@ use crate::session::Session;
 /// background.
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct ZkGuard {
-    lock: ZkLock,
     key: LockKey,
     path: String,
     czxid: i64,
     session: Arc<Session>,
     lost: LostSignal,
     trigger: LostTrigger,
-    /// The guard's own deadline, without auto-extend.
-    deadline: Option<Arc<(Mutex<Instant>, Notify)>>,
+    /// The guard's own TTL, without auto-extend (the session's deadline
+    /// is the session's).
+    own_ttl: Option<Arc<Validity>>,
     keeper: JoinHandle<()>,
     released: bool,
 }
 
-/// Resolves when the node at `path` is deleted (by anyone); pending while
-/// the session cannot tell (the session's own signal covers expiry).
-async fn node_deleted(session: &Session, path: &str) {
-    loop {
-        let Ok(client) = session.client() else {
-            return std::future::pending().await;
-        };
-        let looked = client.check_and_watch_stat(path).await;
-        // No client kept across the wait: an abandoned handle must drop its
-        // connection (that is how a crash is simulated).
-        drop(client);
-        match looked {
-            Ok((None, _)) => return,
-            Ok((Some(_), watcher)) => {
-                if watcher.changed().await.event_type == zookeeper_client::EventType::NodeDeleted {
-                    return;
-                }
-            }
-            Err(zookeeper_client::Error::NoNode) => return,
-            // Connection trouble: look again shortly (the session signal
-            // reports expiry).
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
-    dlock_core::driver::Drift::DEFAULT.deadline(sent, ttl)
-}
-
 impl ZkGuard {
     pub(crate) fn new(
-        lock: ZkLock,
         key: LockKey,
         path: String,
         czxid: i64,
@@ -77,33 +45,18 @@ impl ZkGuard {
         opts: AcquireOptions,
     ) -> Self {
         let (trigger, lost) = LostSignal::pair();
-        let deadline = (!opts.auto_extend).then(|| {
-            Arc::new((
-                Mutex::new(local_deadline(Instant::now(), opts.ttl)),
-                Notify::new(),
-            ))
-        });
+        let own_ttl = (!opts.auto_extend).then(|| Validity::new(Instant::now(), opts.ttl, Drift::DEFAULT).0);
         let keeper = {
-            let (session_lost, trigger, deadline) = (session.lost(), trigger.clone(), deadline.clone());
-            let (lock, session, path) = (lock.clone(), Arc::clone(&session), path.clone());
+            let (session_lost, trigger, own) = (session.lost(), trigger.clone(), own_ttl.clone());
+            let (session, path) = (Arc::clone(&session), path.clone());
             tokio::spawn(async move {
                 // Boxed, so the idle guard task itself stays small.
-                let deleted = Box::pin(node_deleted(&session, &path));
+                let deleted = Box::pin(protocol::node_deleted(|| session.client().ok(), &path));
                 let out_of_time = Box::pin(session.out_of_time());
                 let own_ttl = Box::pin(async {
-                    let Some(deadline) = deadline else {
-                        return std::future::pending().await;
-                    };
-                    loop {
-                        let at = *deadline.0.lock().unwrap_or_else(PoisonError::into_inner);
-                        tokio::select! {
-                            () = deadline.1.notified() => {}
-                            () = tokio::time::sleep_until(at.into()) => {
-                                if *deadline.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
-                                    return;
-                                }
-                            }
-                        }
+                    match own {
+                        Some(v) => v.ran_out().await,
+                        None => std::future::pending().await,
                     }
                 });
                 let give_up = tokio::select! {
@@ -120,19 +73,18 @@ impl ZkGuard {
                 };
                 trigger.fire();
                 if give_up {
-                    lock.delete_in_background(&session, path);
+                    delete_in_background(&session, path);
                 }
             })
         };
         ZkGuard {
-            lock,
             key,
             path,
             czxid,
             session,
             lost,
             trigger,
-            deadline,
+            own_ttl,
             keeper,
             released: false,
         }
@@ -168,11 +120,8 @@ impl Guard for ZkGuard {
     }
 
     fn is_held(&self) -> bool {
-        let in_time = self
-            .deadline
-            .as_ref()
-            .is_none_or(|d| Instant::now() < *d.0.lock().unwrap_or_else(PoisonError::into_inner));
-        !self.lost.is_lost() && !self.lock.is_abandoned() && self.session.connected() && in_time
+        let in_time = self.own_ttl.as_ref().is_none_or(|v| v.is_valid());
+        !self.lost.is_lost() && !self.session.is_abandoned() && self.session.connected() && in_time
     }
 
     /// See [`Guard::extend`]. The node lives with the session, so this
@@ -197,22 +146,25 @@ impl Guard for ZkGuard {
         }
         let sent = Instant::now();
         let client = self.session.client()?;
-        let timeout = self.lock.inner.config.request_timeout;
-        // Through the leader first: a member cut off from it would answer
-        // the read from what it last knew.
-        recipe::bounded(timeout, client.sync(&self.path)).await?;
+        // One renewal of the guard's own TTL at a time (a racing one could
+        // leave the later deadline of the earlier send).
+        let _permit = match &self.own_ttl {
+            Some(v) => Some(v.renewal().await),
+            None => None,
+        };
+        let ours =
+            protocol::still_ours(&client, &self.path, self.czxid, self.session.request_timeout).await?;
+        // The sync went through the leader: the session was heard then.
         self.session.answered(sent);
-        let exists = recipe::bounded(timeout, client.check_stat(&self.path)).await?;
-        if exists.is_none_or(|s| s.czxid != self.czxid) {
+        if !ours {
             self.trigger.fire();
             return Err(lost());
         }
-        if let Some(d) = &self.deadline {
-            if *d.0.lock().unwrap_or_else(PoisonError::into_inner) <= Instant::now() {
+        if let Some(v) = &self.own_ttl {
+            if !v.is_valid() {
                 return Err(lost());
             }
-            *d.0.lock().unwrap_or_else(PoisonError::into_inner) = local_deadline(sent, ttl);
-            d.1.notify_one();
+            v.renewed(sent, ttl);
         }
         Ok(())
     }
@@ -232,16 +184,10 @@ impl Guard for ZkGuard {
     async fn release(mut self) -> Result<()> {
         self.keeper.abort();
         let client = self.session.client()?;
-        let deleted = recipe::delete(&client, &self.path, self.lock.inner.config.request_timeout).await?;
+        let deleted = protocol::delete(&client, &self.path, self.session.request_timeout).await?;
         self.released = true;
         self.trigger.fire();
-        if deleted {
-            Ok(())
-        } else {
-            Err(Error::Lost {
-                key: self.key.as_str().to_owned(),
-            })
-        }
+        deleted.map_err(|r| r.into_error(&self.key))
     }
 }
 
@@ -249,8 +195,31 @@ impl Drop for ZkGuard {
     fn drop(&mut self) {
         self.keeper.abort();
         if !self.released {
-            self.lock
-                .delete_in_background(&self.session, std::mem::take(&mut self.path));
+            delete_in_background(&self.session, std::mem::take(&mut self.path));
         }
     }
+}
+
+/// Deletes a node in the background (drops, failed or timed-out clean-ups,
+/// a guard that ran out of time), retrying until it is gone or the session
+/// ended.
+pub(crate) fn delete_in_background(session: &Arc<Session>, path: String) {
+    if session.is_abandoned() {
+        return;
+    }
+    let timeout = session.request_timeout;
+    let (session, gone_session) = (Arc::clone(session), Arc::clone(session));
+    dlock_core::driver::clean_up_in_background(
+        format!("zookeeper: delete {path}"),
+        None,
+        move || gone_session.is_abandoned() || !gone_session.alive(),
+        move || {
+            let (session, path) = (Arc::clone(&session), path.clone());
+            async move {
+                protocol::delete(&session.client()?, &path, timeout)
+                    .await
+                    .map(drop)
+            }
+        },
+    );
 }

@@ -22,7 +22,7 @@
 //!
 //! ## Protocol
 //!
-//! Apache Curator's `InterProcessMutex` recipe (see the `recipe` module
+//! Apache Curator's `InterProcessMutex` recipe (see the `protocol` module
 //! source): an ephemeral-sequential node `{root}/{name}/_c_{uuid}-lock-{seq}`
 //! per contender, the lowest sequence holds, each waiter watches only its
 //! immediate predecessor, and a create whose reply was lost is found again
@@ -42,10 +42,10 @@ mod config;
 mod error;
 mod guard;
 mod lock;
-mod recipe;
+mod protocol;
 mod session;
 
 pub use config::{ZkAcl, ZkConfig};
 pub use guard::ZkGuard;
 pub use lock::{ZkHolder, ZkLock};
-pub use recipe::LOCK_NAME;
+pub use protocol::LOCK_NAME;

@@ -8,10 +8,11 @@ use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Re
 use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
-use crate::error::{BACKEND, map_err};
-use crate::guard::ZkGuard;
-use crate::recipe;
+use crate::error::BACKEND;
+use crate::guard::{ZkGuard, delete_in_background};
+use crate::protocol;
 use crate::session::Session;
+use dlock_core::driver::OnDrop;
 
 /// A lock backend on ZooKeeper. Cheap to clone (clones share the session).
 ///
@@ -57,7 +58,7 @@ pub struct ZkLock {
 pub(crate) struct Inner {
     pub(crate) config: ZkConfig,
     session: tokio::sync::Mutex<Arc<Session>>,
-    abandoned: AtomicBool,
+    abandoned: Arc<AtomicBool>,
     host: String,
 }
 
@@ -88,12 +89,13 @@ impl ZkLock {
     /// Dropping the future drops the half-built client.
     pub async fn connect(config: ZkConfig) -> Result<Self> {
         config.validate()?;
-        let session = Session::open(&config).await?;
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let session = Session::open(&config, Arc::clone(&abandoned)).await?;
         Ok(ZkLock {
             inner: Arc::new(Inner {
                 config,
                 session: tokio::sync::Mutex::new(session),
-                abandoned: AtomicBool::new(false),
+                abandoned,
                 host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
                     .unwrap_or_else(|_| "unknown-host".to_owned()),
@@ -115,7 +117,7 @@ impl ZkLock {
         }
         let mut current = self.inner.session.lock().await;
         if !current.alive() || current.deadline() <= Instant::now() {
-            *current = Session::open(&self.inner.config).await?;
+            *current = Session::open(&self.inner.config, Arc::clone(&self.inner.abandoned)).await?;
         }
         Ok(Arc::clone(&current))
     }
@@ -145,11 +147,11 @@ impl ZkLock {
         }
         // A deeper segment is a child node of the lock directory above it:
         // named like a lock node, it would count as a contender there.
-        if let Some(s) = name.split('/').skip(1).find(|s| s.contains(recipe::LOCK_NAME)) {
+        if let Some(s) = name.split('/').skip(1).find(|s| s.contains(protocol::LOCK_NAME)) {
             return Err(Error::InvalidKey {
                 reason: format!(
                     "{name:?} has the path segment {s:?}: under another lock's directory it would look like a contender ({:?})",
-                    recipe::LOCK_NAME
+                    protocol::LOCK_NAME
                 ),
             });
         }
@@ -169,7 +171,7 @@ impl ZkLock {
     pub async fn holder(&self, key: &LockKey) -> Result<Option<ZkHolder>> {
         let dir = self.lock_path(key)?;
         let client = self.session().await?.client()?;
-        let found = recipe::holder(&client, &dir, self.inner.config.request_timeout).await?;
+        let found = protocol::holder(&client, &dir, self.inner.config.request_timeout).await?;
         Ok(found.map(|(name, data, stat)| ZkHolder {
             node: format!("{dir}/{name}"),
             data: String::from_utf8_lossy(&data).into_owned(),
@@ -193,26 +195,7 @@ impl ZkLock {
         let client = self.session().await?.client()?;
         let timeout = self.inner.config.request_timeout;
         let start = format!("{}/{}", self.inner.config.root, namespace.trim_end_matches('/'));
-        let mut found = Vec::new();
-        let mut stack = vec![start];
-        while let Some(dir) = stack.pop() {
-            let children = match tokio::time::timeout(timeout, client.list_children(&dir)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(zookeeper_client::Error::NoNode)) => continue,
-                Ok(Err(e)) => return Err(map_err(e)),
-                Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
-            };
-            for child in children {
-                let path = format!("{dir}/{child}");
-                if recipe::sequence(&child).is_some() && child.starts_with("_c_") {
-                    found.push(path);
-                } else {
-                    stack.push(path);
-                }
-            }
-        }
-        found.sort();
-        Ok(found)
+        protocol::lock_nodes_under(&client, start, timeout).await
     }
 
     /// Drops the connection without closing the session or deleting
@@ -242,92 +225,46 @@ impl ZkLock {
             .map_or(0, |d| d.as_millis());
         format!("{} {} {since}", self.inner.host, std::process::id()).into_bytes()
     }
+}
 
-    /// Deletes a node in the background (drops, failed or timed-out
-    /// clean-ups), retrying until it is gone or the session ended.
-    pub(crate) fn delete_in_background(&self, session: &Arc<Session>, path: String) {
-        if self.is_abandoned() {
-            return;
-        }
-        let timeout = self.inner.config.request_timeout;
-        let (lock, session, gone_session) = (self.clone(), Arc::clone(session), Arc::clone(session));
-        dlock_core::driver::clean_up_in_background(
-            format!("zookeeper: delete {path}"),
-            None,
-            move || lock.is_abandoned() || !gone_session.alive(),
-            move || {
-                let (session, path) = (Arc::clone(&session), path.clone());
-                async move { recipe::delete(&session.client()?, &path, timeout).await.map(drop) }
-            },
-        );
+/// Finds our node by uuid (the create's reply was not seen) and deletes
+/// it, in the background, retrying as [`delete_in_background`].
+fn delete_own_in_background(session: &Arc<Session>, dir: String, uuid: String) {
+    if session.is_abandoned() {
+        return;
     }
-
-    /// Finds our node by uuid (the create's reply was not seen) and deletes
-    /// it, in the background, retrying as [`delete_in_background`](Self::delete_in_background).
-    fn delete_own_in_background(&self, session: &Arc<Session>, dir: String, uuid: String) {
-        if self.is_abandoned() {
-            return;
-        }
-        let timeout = self.inner.config.request_timeout;
-        let (lock, session, gone_session) = (self.clone(), Arc::clone(session), Arc::clone(session));
-        dlock_core::driver::clean_up_in_background(
-            format!("zookeeper: delete the node of {uuid} under {dir}"),
-            None,
-            move || lock.is_abandoned() || !gone_session.alive(),
-            move || {
-                let (session, dir, uuid) = (Arc::clone(&session), dir.clone(), uuid.clone());
-                async move {
-                    let client = session.client()?;
-                    if let Some((name, _)) = recipe::find_own(&client, &dir, &uuid, timeout).await? {
-                        recipe::delete(&client, &format!("{dir}/{name}"), timeout).await?;
-                    }
-                    Ok(())
+    let timeout = session.request_timeout;
+    let (session, gone_session) = (Arc::clone(session), Arc::clone(session));
+    dlock_core::driver::clean_up_in_background(
+        format!("zookeeper: delete the node of {uuid} under {dir}"),
+        None,
+        move || gone_session.is_abandoned() || !gone_session.alive(),
+        move || {
+            let (session, dir, uuid) = (Arc::clone(&session), dir.clone(), uuid.clone());
+            async move {
+                let client = session.client()?;
+                if let Some((name, _)) = protocol::find_own(&client, &dir, &uuid, timeout).await? {
+                    // Already gone is done too.
+                    let _gone = protocol::delete(&client, &format!("{dir}/{name}"), timeout).await?;
                 }
-            },
-        );
-    }
-}
-
-/// Deletes our node if an acquire ends without a grant (dropped).
-struct DeleteOnDrop<'a> {
-    lock: &'a ZkLock,
-    session: &'a Arc<Session>,
-    dir: &'a str,
-    uuid: &'a str,
-    node: Option<String>,
-    armed: bool,
-}
-
-impl Drop for DeleteOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed || self.lock.is_abandoned() {
-            return;
-        }
-        match &self.node {
-            Some(name) => self
-                .lock
-                .delete_in_background(self.session, format!("{}/{name}", self.dir)),
-            // The create's reply was not seen: find the node by uuid, then delete.
-            None => {
-                self.lock
-                    .delete_own_in_background(self.session, self.dir.to_owned(), self.uuid.to_owned())
+                Ok(())
             }
-        }
-    }
+        },
+    );
 }
 
 /// Out of time: our node goes at once if it can; if that fails the clean-up
-/// stays armed and retries in the background (a node left on a live session
+/// (dropped armed) retries in the background (a node left on a live session
 /// would block the lock for good).
-async fn timed_out(
+async fn timed_out<T, F: FnOnce(T)>(
     client: &zookeeper_client::Client,
     path: &str,
     timeout: std::time::Duration,
-    cleanup: &mut DeleteOnDrop<'_>,
+    cleanup: OnDrop<T, F>,
     key: &LockKey,
 ) -> Error {
-    if recipe::delete(client, path, timeout).await.is_ok() {
-        cleanup.armed = false;
+    if protocol::delete(client, path, timeout).await.is_ok() {
+        cleanup.disarm();
     }
     Error::Timeout {
         key: key.as_str().to_owned(),
@@ -385,41 +322,41 @@ impl Lock for ZkLock {
         let client = session.client()?;
         let timeout = self.inner.config.request_timeout;
         let uuid = uuid::Uuid::new_v4().to_string();
-        let mut cleanup = DeleteOnDrop {
-            lock: self,
-            session: &session,
-            dir: &dir,
-            uuid: &uuid,
-            node: None,
-            armed: true,
-        };
+        // An acquire that ends without a grant (an error, a timeout, a
+        // dropped future) deletes its node; by uuid while the create's reply
+        // is not in.
+        let mut cleanup = OnDrop::new(None, |node: Option<String>| match node {
+            Some(name) => delete_in_background(&session, format!("{dir}/{name}")),
+            None => delete_own_in_background(&session, dir.clone(), uuid.clone()),
+        });
         let sent = Instant::now();
-        let (name, czxid) = recipe::create(&client, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
+        let (name, czxid) =
+            protocol::create(&client, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
         session.answered(sent);
-        cleanup.node = Some(name.clone());
+        *cleanup.state_mut() = Some(name.clone());
         let path = format!("{dir}/{name}");
         let waited = match opts.wait {
-            Wait::No => match recipe::place(&client, &dir, &name, timeout).await? {
-                recipe::Place::First => Ok(sent),
-                recipe::Place::Gone => Err(Error::Lost {
+            Wait::No => match protocol::place(&client, &dir, &name, timeout).await? {
+                protocol::Place::First => Ok(sent),
+                protocol::Place::Gone => Err(Error::Lost {
                     key: key.as_str().to_owned(),
                 }),
-                recipe::Place::After(_) => {
-                    return Err(timed_out(&client, &path, timeout, &mut cleanup, key).await);
+                protocol::Place::After(_) => {
+                    return Err(timed_out(&client, &path, timeout, cleanup, key).await);
                 }
             },
             Wait::For(d) => {
                 match tokio::time::timeout_at(
                     dlock_core::driver::saturating_add(started, d).into(),
-                    recipe::wait_first(&client, &dir, &name, key.as_str(), timeout),
+                    protocol::wait_first(&client, &dir, &name, key.as_str(), timeout),
                 )
                 .await
                 {
                     Ok(r) => r,
-                    Err(_) => return Err(timed_out(&client, &path, timeout, &mut cleanup, key).await),
+                    Err(_) => return Err(timed_out(&client, &path, timeout, cleanup, key).await),
                 }
             }
-            Wait::Forever => recipe::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
+            Wait::Forever => protocol::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
         };
         // Only writes and syncs (answered through the leader) move the
         // session's deadline; the create did, above. A read answered by a
@@ -430,15 +367,7 @@ impl Lock for ZkLock {
                 key: key.as_str().to_owned(),
             });
         }
-        cleanup.armed = false;
-        drop(cleanup);
-        Ok(ZkGuard::new(
-            self.clone(),
-            key.clone(),
-            path,
-            czxid,
-            session,
-            opts,
-        ))
+        cleanup.disarm();
+        Ok(ZkGuard::new(key.clone(), path, czxid, session, opts))
     }
 }

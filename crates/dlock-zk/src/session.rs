@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
 use crate::config::ZkConfig;
-use crate::error::{BACKEND, map_err};
+use crate::error::BACKEND;
+use crate::protocol;
 
 /// The slack taken off the session timeout: a tenth of it (plus 2 ms). More
 /// than the lock drift, because the server rounds session expiry to its
@@ -42,62 +43,21 @@ pub(crate) struct Session {
     /// Wakes the heartbeat (on reconnection) and the guards (on news).
     news: Arc<tokio::sync::Notify>,
     timeout: Duration,
-    request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    /// The handle's: set when it is abandoned (then nothing more is sent).
+    abandoned: Arc<AtomicBool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Session {
-    /// Connects a new session.
-    pub(crate) async fn open(config: &ZkConfig) -> Result<Arc<Self>> {
-        let mut connector = Client::connector()
-            .with_session_timeout(config.session_timeout)
-            // Also how long the library waits for a silent server before it
-            // reconnects: at most 3/10 of the session, so a short outage
-            // (detected, one failed attempt, reconnected) heals before the
-            // session's own deadline at 9/10.
-            .with_connection_timeout(config.connect_timeout.min(config.session_timeout * 3 / 10))
-            // Dropping the last handle must not close the session: a crash is
-            // simulated that way (`abandon`), and a closed session would look
-            // like a clean release to everyone else.
-            .with_detached();
-        if let (Some(user), Some(password)) = (&config.user, &config.password) {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        let client =
-            match tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    return Err(match map_err(e) {
-                        Error::Backend { source, .. } => Error::Unavailable {
-                            backend: BACKEND,
-                            source,
-                        },
-                        other => other,
-                    });
-                }
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        BACKEND,
-                        format!(
-                            "no zookeeper server of {:?} answered within {:?}",
-                            config.connect, config.connect_timeout
-                        ),
-                    ));
-                }
-            };
+    /// Connects a new session for a handle whose abandonment `abandoned`
+    /// tells.
+    pub(crate) async fn open(config: &ZkConfig, abandoned: Arc<AtomicBool>) -> Result<Arc<Self>> {
+        let client = protocol::connect(config).await?;
         // The connect may have taken most of the session: the deadline
         // starts from a sync (through the leader) sent after it.
         let sent = Instant::now();
-        match tokio::time::timeout(config.request_timeout, client.sync("/")).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(map_err(e)),
-            Err(_) => {
-                return Err(Error::unavailable(
-                    BACKEND,
-                    "zookeeper did not answer a sync after connecting",
-                ));
-            }
-        }
+        protocol::sync(&client, config.request_timeout).await?;
         let (lost, signal) = LostSignal::pair();
         let connected = Arc::new(AtomicBool::new(true));
         let session = Arc::new(Session {
@@ -109,6 +69,7 @@ impl Session {
             heard: Mutex::new(sent),
             news: Arc::new(tokio::sync::Notify::new()),
             request_timeout: config.request_timeout,
+            abandoned,
             tasks: Mutex::new(Vec::new()),
         });
         let states = tokio::spawn(watch_states(client.state_watcher(), Arc::downgrade(&session)));
@@ -198,6 +159,11 @@ impl Session {
         self.signal.clone()
     }
 
+    /// Whether the handle was abandoned.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
     /// Drops this handle's client without closing the session, as a crash.
     pub(crate) fn abandon(&self) {
         self.client.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -271,9 +237,7 @@ async fn heartbeat(session: Weak<Session>) {
         let sent = Instant::now();
         // `sync` goes through the leader: a follower cut off from it cannot
         // answer, so an answer means the ensemble still hears us.
-        let answered = tokio::time::timeout(timeout.min(period * 5), client.sync("/"))
-            .await
-            .is_ok_and(|r| r.is_ok());
+        let answered = protocol::sync(&client, timeout.min(period * 5)).await.is_ok();
         drop(client);
         let Some(s) = session.upgrade() else {
             return;

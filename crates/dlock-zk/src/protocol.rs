@@ -17,9 +17,11 @@
 
 use std::time::Duration;
 
+use dlock_core::driver::{Outcome, Refusal};
 use dlock_core::{Error, Result};
 use zookeeper_client::{Acls, Client, CreateMode, Stat};
 
+use crate::config::ZkConfig;
 use crate::error::{BACKEND, map_err};
 
 /// The infix between uuid and sequence in Curator's lock node names.
@@ -194,13 +196,120 @@ pub(crate) async fn holder(
     Ok(None)
 }
 
-/// Deletes our node. `Ok(false)` if it was already gone.
-pub(crate) async fn delete(client: &Client, path: &str, timeout: Duration) -> Result<bool> {
+/// Deletes our node; [`Refusal::Expired`] if it was already gone (our
+/// node's path is ours alone: nobody else's node can be there).
+pub(crate) async fn delete(client: &Client, path: &str, timeout: Duration) -> Result<Outcome> {
     match tokio::time::timeout(timeout, client.delete(path, None)).await {
-        Ok(Ok(())) => Ok(true),
-        Ok(Err(zookeeper_client::Error::NoNode)) => Ok(false),
+        Ok(Ok(())) => Ok(Ok(())),
+        Ok(Err(zookeeper_client::Error::NoNode)) => Ok(Err(Refusal::Expired)),
         Ok(Err(e)) => Err(map_err(e)),
         Err(_) => Err(Error::unavailable(BACKEND, "no answer while deleting")),
+    }
+}
+
+/// Connects a new session (a detached one: dropping the last handle does
+/// not close it).
+pub(crate) async fn connect(config: &ZkConfig) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session_timeout(config.session_timeout)
+        // Also how long the library waits for a silent server before it
+        // reconnects: at most 3/10 of the session, so a short outage
+        // (detected, one failed attempt, reconnected) heals before the
+        // session's own deadline at 9/10.
+        .with_connection_timeout(config.connect_timeout.min(config.session_timeout * 3 / 10))
+        // Dropping the last handle must not close the session: a crash is
+        // simulated that way (`abandon`), and a closed session would look
+        // like a clean release to everyone else.
+        .with_detached();
+    if let (Some(user), Some(password)) = (&config.user, &config.password) {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    match tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect)).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(match map_err(e) {
+            Error::Backend { source, .. } => Error::Unavailable {
+                backend: BACKEND,
+                source,
+            },
+            other => other,
+        }),
+        Err(_) => Err(Error::unavailable(
+            BACKEND,
+            format!(
+                "no zookeeper server of {:?} answered within {:?}",
+                config.connect, config.connect_timeout
+            ),
+        )),
+    }
+}
+
+/// A sync of the root: it goes through the leader, so an answer means the
+/// ensemble (not just a member cut off from it) still hears this session.
+pub(crate) async fn sync(client: &Client, timeout: Duration) -> Result<()> {
+    bounded(timeout, client.sync("/")).await
+}
+
+/// Every lock node (`_c_…-lock-…`) in the tree under `start`, sorted.
+pub(crate) async fn lock_nodes_under(
+    client: &Client,
+    start: String,
+    timeout: Duration,
+) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    let mut stack = vec![start];
+    while let Some(dir) = stack.pop() {
+        let children = match tokio::time::timeout(timeout, client.list_children(&dir)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(zookeeper_client::Error::NoNode)) => continue,
+            Ok(Err(e)) => return Err(map_err(e)),
+            Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
+        };
+        for child in children {
+            let path = format!("{dir}/{child}");
+            if sequence(&child).is_some() && child.starts_with("_c_") {
+                found.push(path);
+            } else {
+                stack.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Whether our node is still there and still ours (the same `czxid`), read
+/// after a sync through the leader: a member cut off from it would answer
+/// from what it last knew.
+pub(crate) async fn still_ours(client: &Client, path: &str, czxid: i64, timeout: Duration) -> Result<bool> {
+    bounded(timeout, client.sync(path)).await?;
+    let exists = bounded(timeout, client.check_stat(path)).await?;
+    Ok(exists.is_some_and(|s| s.czxid == czxid))
+}
+
+/// Resolves when the node at `path` is deleted (by anyone), through
+/// `client()`'s client; pending while no client can be had (the session's
+/// own signal covers expiry). No client is kept across the wait: an
+/// abandoned handle must drop its connection (that is how a crash is
+/// simulated).
+pub(crate) async fn node_deleted(client: impl Fn() -> Option<Client>, path: &str) {
+    loop {
+        let Some(c) = client() else {
+            return std::future::pending().await;
+        };
+        let looked = c.check_and_watch_stat(path).await;
+        drop(c);
+        match looked {
+            Ok((None, _)) => return,
+            Ok((Some(_), watcher)) => {
+                if watcher.changed().await.event_type == zookeeper_client::EventType::NodeDeleted {
+                    return;
+                }
+            }
+            Err(zookeeper_client::Error::NoNode) => return,
+            // Connection trouble: look again shortly (the session signal
+            // reports expiry).
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! The protocol: etcd's `concurrency.Mutex` recipe, step by step. Everything
 //! the driver does to etcd's keys is here.
 //!
-//! A contender for lock `NAME` writes `{prefix}NAME/{lease id in hex}`,
-//! attached to its lease, in a transaction that creates it only if absent
+//! A contender for lock `NAME` writes `{prefix}NAME/{lease:x}-{n:x}` (its
+//! lease in hex and a per-acquire number: [`contender_key`]), attached to
+//! its lease, in a transaction that creates it only if absent
 //! (`create_revision == 0`) and reads the first creator under the prefix.
 //! The key with the lowest create revision holds the lock; that revision is
 //! the fencing token. A waiter watches only its *immediate* predecessor (the
@@ -14,9 +15,15 @@
 //! This is the layout of Go's `concurrency.Mutex` and of `etcdctl lock`, so
 //! with an empty prefix they and dlock exclude each other. Like them, lock
 //! names where one is a path prefix of the other (`a` and `a/b`) contend.
+//!
+//! Leases (grant, revoke, the keep-alive stream) are here too: this is the
+//! only file that talks to etcd.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use dlock_core::driver::{Outcome, Refusal};
 use dlock_core::{Error, Result};
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
@@ -24,6 +31,114 @@ use etcd_client::{
 };
 
 use crate::error::{BACKEND, map_err};
+
+/// What a handle and its guards share to talk to etcd: the client, the
+/// request timeout, and whether the handle was abandoned (then nothing more
+/// is sent: as if the process had died).
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    pub(crate) timeout: Duration,
+    pub(crate) abandoned: Arc<AtomicBool>,
+}
+
+impl Conn {
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+}
+
+/// A read that proves the cluster answers (connecting is lazy for some
+/// transports); any failure is [`Error::Unavailable`].
+pub(crate) async fn probe(client: &Client, timeout: Duration) -> Result<()> {
+    let count_only = GetOptions::new().with_count_only();
+    match bounded(timeout, client.clone().get("dlock-probe", Some(count_only))).await {
+        Ok(_) => Ok(()),
+        Err(Error::Backend { source, .. }) => Err(Error::Unavailable {
+            backend: BACKEND,
+            source,
+        }),
+        Err(other) => Err(other),
+    }
+}
+
+/// Every key under `prefix` (keys only).
+pub(crate) async fn keys_under(client: &Client, prefix: &str, timeout: Duration) -> Result<Vec<String>> {
+    let keys_only = GetOptions::new().with_prefix().with_keys_only();
+    let resp = bounded(timeout, client.clone().get(prefix, Some(keys_only))).await?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect())
+}
+
+/// The key a contender writes: Go's layout (`{lease:x}` under the lock's
+/// prefix) plus a per-acquire number, so two acquires of one name through
+/// one lease are two contenders.
+pub(crate) fn contender_key(pfx: &str, lease: i64, attempt: u64) -> String {
+    format!("{pfx}{lease:x}-{attempt:x}")
+}
+
+/// A granted lease: its id and the TTL etcd granted (which may differ from
+/// the one asked for).
+pub(crate) async fn grant_lease(client: &Client, seconds: i64, timeout: Duration) -> Result<(i64, Duration)> {
+    let granted = bounded(timeout, client.clone().lease_grant(seconds, None)).await?;
+    let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
+    Ok((granted.id(), ttl))
+}
+
+/// Revokes a lease, deleting every key attached to it.
+pub(crate) async fn revoke_lease(client: &Client, lease: i64, timeout: Duration) -> Result<()> {
+    bounded(timeout, client.clone().lease_revoke(lease))
+        .await
+        .map(drop)
+}
+
+/// One keep-alive stream of a lease.
+pub(crate) struct KeepAlive {
+    keeper: etcd_client::LeaseKeeper,
+    replies: etcd_client::LeaseKeepAliveStream,
+}
+
+/// What opening a keep-alive stream, or one keep-alive on it, found.
+pub(crate) enum Renewal<T> {
+    /// Alive: the stream, or the TTL the lease has again.
+    Alive(T),
+    /// The lease is gone (expired or revoked): etcd said TTL 0.
+    Gone,
+    /// No answer (the stream could not be opened or ended): try again
+    /// while the deadline allows.
+    Failed,
+}
+
+impl KeepAlive {
+    /// Opens a keep-alive stream on `lease` (which sends its first
+    /// keep-alive).
+    pub(crate) async fn open(client: &Client, lease: i64) -> Renewal<Self> {
+        match client.clone().lease_keep_alive(lease).await {
+            Ok((keeper, replies)) => Renewal::Alive(KeepAlive { keeper, replies }),
+            // The client's word for a first reply of TTL 0 (retrying it
+            // until the deadline kept a revoked lease "held" for a TTL).
+            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Renewal::Gone,
+            Err(_) => Renewal::Failed,
+        }
+    }
+
+    /// One keep-alive and its answer: the lease's TTL again.
+    pub(crate) async fn renew(&mut self) -> Renewal<Duration> {
+        if self.keeper.keep_alive().await.is_err() {
+            return Renewal::Failed;
+        }
+        match self.replies.message().await {
+            Ok(Some(reply)) if reply.ttl() > 0 => {
+                Renewal::Alive(Duration::from_secs(u64::try_from(reply.ttl()).unwrap_or(0)))
+            }
+            // TTL 0: the lease expired or was revoked.
+            Ok(Some(_)) => Renewal::Gone,
+            Ok(None) | Err(_) => Renewal::Failed,
+        }
+    }
+}
 
 /// Runs one etcd request with the request timeout.
 pub(crate) async fn bounded<T>(
@@ -164,34 +279,22 @@ pub(crate) async fn still_ours(
         .is_some_and(|kv| kv.create_revision() == my_rev))
 }
 
-/// What deleting our key found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resigned {
-    /// Deleted.
-    Done,
-    /// Already gone (the lease expired or was revoked).
-    Gone,
-    /// Someone else's key is there now.
-    Other,
-}
-
 /// Deletes `my_key` if it still has our create revision.
-pub(crate) async fn resign(
-    client: &Client,
-    my_key: &str,
-    my_rev: i64,
-    timeout: Duration,
-) -> Result<Resigned> {
+pub(crate) async fn resign(client: &Client, my_key: &str, my_rev: i64, timeout: Duration) -> Result<Outcome> {
     let txn = Txn::new()
         .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
         .and_then([TxnOp::delete(my_key, None)])
         .or_else([TxnOp::get(my_key, None)]);
     let resp = bounded(timeout, client.clone().txn(txn)).await?;
     if resp.succeeded() {
-        return Ok(Resigned::Done);
+        return Ok(Ok(()));
     }
     let there = ranges(&resp.op_responses(), 0).is_some_and(|kvs| !kvs.is_empty());
-    Ok(if there { Resigned::Other } else { Resigned::Gone })
+    Ok(Err(if there {
+        Refusal::HeldByOther
+    } else {
+        Refusal::Expired
+    }))
 }
 
 /// Deletes `my_key` if it is still attached to `lease` (when our create
@@ -216,7 +319,7 @@ pub(crate) async fn move_to_lease(
     my_rev: i64,
     lease: i64,
     timeout: Duration,
-) -> Result<Resigned> {
+) -> Result<Outcome> {
     let txn = Txn::new()
         .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
         .and_then([TxnOp::put(
@@ -227,10 +330,14 @@ pub(crate) async fn move_to_lease(
         .or_else([TxnOp::get(my_key, None)]);
     let resp = bounded(timeout, client.clone().txn(txn)).await?;
     if resp.succeeded() {
-        return Ok(Resigned::Done);
+        return Ok(Ok(()));
     }
     let there = ranges(&resp.op_responses(), 0).is_some_and(|kvs| !kvs.is_empty());
-    Ok(if there { Resigned::Other } else { Resigned::Gone })
+    Ok(Err(if there {
+        Refusal::HeldByOther
+    } else {
+        Refusal::Expired
+    }))
 }
 
 /// The current holder under `pfx`: the key with the lowest create revision.
