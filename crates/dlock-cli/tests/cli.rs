@@ -278,7 +278,7 @@ async fn a_place_in_line_lost_while_waiting_is_not_acquired_and_nothing_runs() {
             "--",
             "sh",
             "-c",
-            &format!("touch {}; sleep 60", started.display()),
+            &format!("touch {}; sleep 120", started.display()),
         ],
     )
     .spawn()
@@ -292,7 +292,7 @@ async fn a_place_in_line_lost_while_waiting_is_not_acquired_and_nothing_runs() {
             "run",
             &key,
             "--wait",
-            "60s",
+            "120s",
             "--",
             "sh",
             "-c",
@@ -313,11 +313,17 @@ async fn a_place_in_line_lost_while_waiting_is_not_acquired_and_nothing_runs() {
         .unwrap()
         .to_owned();
     etcdctl(&b.etcd, &["lease", "revoke", &lease]).unwrap();
-    let out = tokio::task::spawn_blocking(move || waiter.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    // Well before the wait (or the holder) could end it.
+    let out = tokio::time::timeout(
+        LIMIT,
+        tokio::task::spawn_blocking(move || waiter.wait_with_output()),
+    )
+    .await
+    .expect("the waiter was not told its place in line was gone")
+    .unwrap()
+    .unwrap();
     assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lost"), "{out:?}");
     assert!(!ran.exists(), "the command ran without the lock");
     let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

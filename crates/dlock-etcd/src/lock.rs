@@ -14,10 +14,17 @@ use crate::protocol::{self, Conn};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 use dlock_core::driver::OnDrop;
 
-/// The HTTP/2 ping interval on the connection to etcd (dead-connection
-/// detection). etcd refuses pings closer than its `--grpc-keepalive-min-time`
-/// (5 s by default) and closes the connection after a few.
-const KEEPALIVE_PING: Duration = Duration::from_secs(10);
+/// The HTTP/2 ping interval on the connection to etcd while streams are
+/// open (dead-connection detection: a silent member is given up after this
+/// plus [`PING_TIMEOUT`]). etcd refuses pings closer than its
+/// `--grpc-keepalive-min-time` (5 s by default) and closes the connection,
+/// and every stream on it, after a few; pings with no stream open it
+/// refuses whatever the interval, so none are sent then.
+const KEEPALIVE_PING: Duration = Duration::from_secs(6);
+
+/// How long a ping may go unanswered (at most; the request timeout if
+/// shorter).
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A lock backend on etcd. Cheap to clone (clones share the client and the
 /// sessions).
@@ -90,11 +97,11 @@ impl EtcdLock {
             .with_connect_timeout(config.dial_timeout)
             .with_timeout(config.request_timeout)
             // HTTP/2 pings no more often than etcd's default
-            // `--grpc-keepalive-min-time` (5 s) allows, with room: etcd
-            // answers more frequent ones by closing the connection, and
-            // every keep-alive stream and watch on it.
-            .with_keep_alive(KEEPALIVE_PING, config.request_timeout)
-            .with_keep_alive_while_idle(true)
+            // `--grpc-keepalive-min-time` (5 s) allows, and only while
+            // streams are open: etcd answers others by closing the
+            // connection, and every keep-alive stream and watch on it.
+            .with_keep_alive(KEEPALIVE_PING, PING_TIMEOUT.min(config.request_timeout))
+            .with_keep_alive_while_idle(false)
             // A member cut off from its leader refuses (its data may be
             // stale; a watch on it could hang until the partition heals).
             .with_require_leader(true);

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use dlock_core::driver::saturating_add;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{EventInterface, PubsubInterface};
@@ -109,11 +111,16 @@ impl Waiters {
 
     /// Registers a waiter on `channel`, subscribing on every server unless
     /// this handle already is. A failed subscription is not an error:
-    /// waiters then rely on polling.
+    /// waiters then rely on polling. Waits for the subscription (so the
+    /// first attempt after it cannot miss a notice) at most until
+    /// `deadline` and the server timeout; while another waiter's subscribe
+    /// or a last waiter's unsubscribe is under way, it does not wait at all
+    /// (a task takes the subscription up after it).
     ///
     /// Cancelling it is safe: the registration is undone (and the channel
-    /// given up if nobody else waits on it).
-    pub async fn wait_on(self: &Arc<Self>, channel: String) -> Waiting {
+    /// given up if nobody else waits on it). A subscribe cut short that the
+    /// server took anyway stays until the connection does.
+    pub async fn wait_on(self: &Arc<Self>, channel: String, deadline: Option<Instant>) -> Waiting {
         let slot = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = crate::scripts::new_waiter_id();
         let notify = Arc::new(Notify::new());
@@ -133,47 +140,85 @@ impl Waiters {
             id,
             notify,
         };
-        let mut subscribed = subscribed.lock().await;
-        if !*subscribed {
-            let subscribe = self.subscribers.iter().map(|s| {
-                let channel = channel.clone();
-                async move {
-                    matches!(
-                        tokio::time::timeout(self.timeout, s.subscribe(channel)).await,
-                        Ok(Ok(()))
-                    )
+        match Arc::clone(&subscribed).try_lock_owned() {
+            Ok(mut state) => {
+                if !*state {
+                    let until = saturating_add(Instant::now(), self.timeout);
+                    let until = deadline.map_or(until, |d| d.min(until));
+                    *state = self.subscribe(&channel, until).await;
                 }
-            });
-            // Subscribed once any server answered: a notice from any of them
-            // counts, and waiters poll besides. (Retrying the others on every
-            // new waiter would make each of them wait out a down server.)
-            *subscribed = futures_join_all(subscribe).await.into_iter().any(|ok| ok);
+            }
+            Err(_) => drop(tokio::spawn(Arc::clone(self).take_up(channel, subscribed))),
         }
         waiting
     }
 
-    /// Gives `channel` up on every server if nobody waits on it any more
-    /// (checked again under its subscription lock, so a waiter that came
-    /// meanwhile keeps it).
-    async fn give_up(self: Arc<Self>, channel: String, subscribed: Arc<tokio::sync::Mutex<bool>>) {
-        let mut subscribed = subscribed.lock().await;
-        let idle = |waiters: &Self| {
-            waiters
-                .channels()
-                .get(&channel)
-                .is_none_or(|c| c.members.is_empty())
-        };
-        if !idle(&self) {
+    /// Subscribes to `channel` on every server, each bounded by `until`;
+    /// whether any answered (a notice from any of them counts, and waiters
+    /// poll besides: the others are not retried while the channel stays in
+    /// use, so a down server does not cost every new waiter a timeout).
+    async fn subscribe(&self, channel: &str, until: Instant) -> bool {
+        let subscribe = self.subscribers.iter().map(|s| {
+            let channel = channel.to_owned();
+            async move {
+                matches!(
+                    tokio::time::timeout_at(until.into(), s.subscribe(channel)).await,
+                    Ok(Ok(()))
+                )
+            }
+        });
+        futures_join_all(subscribe).await.into_iter().any(|ok| ok)
+    }
+
+    /// After a subscribe or unsubscribe under way: subscribes to `channel`
+    /// if someone still waits on it and nobody did.
+    async fn take_up(self: Arc<Self>, channel: String, subscribed: Arc<tokio::sync::Mutex<bool>>) {
+        let mut state = subscribed.lock().await;
+        if *state || !self.is_current(&channel, &subscribed, |c| !c.members.is_empty()) {
             return;
         }
-        if *subscribed {
-            for subscriber in &self.subscribers {
-                let _ = tokio::time::timeout(self.timeout, subscriber.unsubscribe(channel.clone())).await;
-            }
-            *subscribed = false;
+        let until = saturating_add(Instant::now(), self.timeout);
+        *state = self.subscribe(&channel, until).await;
+    }
+
+    /// Whether `subscribed` is still `channel`'s entry (not a newer one's)
+    /// and `test` holds for it.
+    fn is_current(
+        &self,
+        channel: &str,
+        subscribed: &Arc<tokio::sync::Mutex<bool>>,
+        test: impl Fn(&Channel) -> bool,
+    ) -> bool {
+        self.channels()
+            .get(channel)
+            .is_some_and(|c| Arc::ptr_eq(&c.subscribed, subscribed) && test(c))
+    }
+
+    /// Gives `channel` up on every server if nobody waits on it any more
+    /// (checked again under its subscription lock, so a waiter that came
+    /// meanwhile keeps it). An entry that is no longer this one's (removed,
+    /// replaced) is left alone.
+    async fn give_up(self: Arc<Self>, channel: String, subscribed: Arc<tokio::sync::Mutex<bool>>) {
+        let mut state = subscribed.lock().await;
+        if !self.is_current(&channel, &subscribed, |c| c.members.is_empty()) {
+            return;
+        }
+        if *state {
+            let timeout = self.timeout;
+            let unsubscribe = self.subscribers.iter().map(|s| {
+                let channel = channel.clone();
+                async move {
+                    let _ = tokio::time::timeout(timeout, s.unsubscribe(channel)).await;
+                }
+            });
+            futures_join_all(unsubscribe).await;
+            *state = false;
         }
         let mut channels = self.channels();
-        if channels.get(&channel).is_some_and(|c| c.members.is_empty()) {
+        if channels
+            .get(&channel)
+            .is_some_and(|c| Arc::ptr_eq(&c.subscribed, &subscribed) && c.members.is_empty())
+        {
             channels.remove(&channel);
         }
     }
@@ -192,15 +237,11 @@ impl Drop for Waiting {
             }
         };
         let Some(subscribed) = idle else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn(Arc::clone(&self.waiters).give_up(self.channel.clone(), subscribed))),
-            // No runtime: nothing can be sent; forget the channel.
-            Err(_) => {
-                let mut channels = self.waiters.channels();
-                if channels.get(&self.channel).is_some_and(|c| c.members.is_empty()) {
-                    channels.remove(&self.channel);
-                }
-            }
-        }
+        // Outside a runtime nothing can be sent: the empty entry stays (with
+        // its state), for the next waiter to take up or a later drop to give up.
+        dlock_core::driver::spawn_detached(
+            "redis: give up a release channel",
+            Arc::clone(&self.waiters).give_up(self.channel.clone(), subscribed),
+        );
     }
 }

@@ -44,16 +44,17 @@
 /// commands the server can run for a fenced grant.
 ///
 /// A waiting client passes its waiter id: a failed attempt queues it (first
-/// attempt's time, kept), marks it seen now and drops up to 16 waiters not
-/// seen for `ARGV[4]` ms (gone: crashed, cancelled), wherever they are in
-/// the queue; a grant takes it out of the queue. See [`RELEASE`] for what
-/// the queue is for.
+/// attempt's time, kept), records when it will count as gone (now plus its
+/// own window, `ARGV[4]` ms: each client knows how long its rounds may
+/// take) and drops up to 16 waiters past theirs (crashed, cancelled),
+/// wherever they are in the queue; a grant takes it out of the queue. See
+/// [`RELEASE`] for what the queue is for.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` waiter queue,
-/// `KEYS[4]` waiters' last-seen times; `ARGV[1]` value, `ARGV[2]` TTL in ms,
-/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` the age (ms) past
-/// which a waiter counts as gone, which is also how long the queue outlives
-/// its last waiter's attempt. Returns `{1, token}` when granted, `{0, pttl}` when held
+/// `KEYS[4]` when each waiter counts as gone; `ARGV[1]` value, `ARGV[2]` TTL in ms,
+/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` this waiter's window
+/// (ms): not seen again for that long, it counts as gone; the queue outlives
+/// the last attempt by the longest window in it. Returns `{1, token}` when granted, `{0, pttl}` when held
 /// (`pttl` = -1 if the holder set no expiry). A lock key holding another
 /// type is a `WRONGTYPE` error; a fence counter that is not a number below
 /// 2^53 (set by someone else: NaN, negative, too large for exact Lua
@@ -85,28 +86,31 @@ end
 if waiter and waiter ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local window = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[3], 'NX', now, waiter)
-  redis.call('ZADD', KEYS[4], now, waiter)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (now - tonumber(ARGV[4])), 'LIMIT', 0, 16)) do
+  redis.call('ZADD', KEYS[4], now + window, waiter)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now, 'LIMIT', 0, 16)) do
     redis.call('ZREM', KEYS[3], gone)
     redis.call('ZREM', KEYS[4], gone)
   end
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  local keep = math.max(window, redis.call('PTTL', KEYS[4]))
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[4], keep)
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// `SET NX PX` alone, for Redlock, which gives no fencing token.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` waiter queue, `KEYS[3]` last-seen times;
+/// `KEYS[1]` lock key, `KEYS[2]` waiter queue, `KEYS[3]` gone-at times;
 /// `ARGV[1]` value, `ARGV[2]` TTL in ms, `ARGV[3]` waiter id (empty: not
-/// waiting), `ARGV[4]` the age (ms) past which a waiter is gone (as
-/// [`ACQUIRE`], pruned the same way). Returns
+/// waiting), `ARGV[4]` the waiter's window (as [`ACQUIRE`], pruned the same
+/// way). Returns
 /// `{1, 0}` when granted, `{0, pttl, holder's value}` when held (the value
 /// tells a real holder from a split vote across nodes); `WRONGTYPE` as
 /// [`ACQUIRE`].
 pub const ACQUIRE_UNFENCED: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
 local waiter = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if waiter and waiter ~= '' then
@@ -122,14 +126,16 @@ end
 if waiter and waiter ~= '' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local window = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[2], 'NX', now, waiter)
-  redis.call('ZADD', KEYS[3], now, waiter)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - tonumber(ARGV[4])), 'LIMIT', 0, 16)) do
+  redis.call('ZADD', KEYS[3], now + window, waiter)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 16)) do
     redis.call('ZREM', KEYS[2], gone)
     redis.call('ZREM', KEYS[3], gone)
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  local keep = math.max(window, redis.call('PTTL', KEYS[3]))
+  redis.call('PEXPIRE', KEYS[2], keep)
+  redis.call('PEXPIRE', KEYS[3], keep)
 end
 return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;
@@ -138,18 +144,19 @@ return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 /// another type makes `GET` fail: that is "held by someone else".)
 ///
 /// The notice names one waiter, so a release wakes one client, not all of
-/// them (no herd): the longest-queued waiter seen within `ARGV[3]` ms;
-/// waiters not seen that long (gone: crashed, cancelled) are dropped from
-/// the queue on the way. With no queue (Redlock passes none) or nobody
+/// them (no herd): the longest-queued waiter not past its window; waiters
+/// past theirs (gone: crashed, cancelled) are dropped from the queue on the
+/// way. With no queue (Redlock passes none) or nobody
 /// alive in it, the notice is `*`: everyone retries. A woken waiter that
 /// loses the race to a newcomer stays first in line; waiters also poll, so
 /// a notice lost to a dead waiter costs at most one poll.
 ///
 /// `KEYS[1]` lock key, optional `KEYS[2]` waiter queue and `KEYS[3]` last
-/// seen times; `ARGV[1]` our value, `ARGV[2]` channel, `ARGV[3]` the age
-/// (ms) past which a waiter counts as gone. Returns 1 released, 0 already
-/// gone (expired), -1 held by someone else (untouched).
+/// seen times (when each waiter counts as gone); `ARGV[1]` our value,
+/// `ARGV[2]` channel. Returns 1 released, 0 already gone (expired), -1 held
+/// by someone else (untouched).
 pub const RELEASE: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and v.err then return -1 end
 if not v then return 0 end
@@ -162,8 +169,8 @@ if KEYS[2] then
   for _ = 1, 16 do
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not head then break end
-    local seen = tonumber(redis.call('ZSCORE', KEYS[3], head) or 0)
-    if seen >= now - tonumber(ARGV[3]) then
+    local gone_at = tonumber(redis.call('ZSCORE', KEYS[3], head) or 0)
+    if gone_at > now then
       target = head
       break
     end
@@ -176,7 +183,7 @@ return 1
 "#;
 
 /// A waiter gives up: out of the queue. `KEYS[1]` waiter queue, `KEYS[2]`
-/// last-seen times; `ARGV[1]` waiter id.
+/// gone-at times; `ARGV[1]` waiter id.
 pub const LEAVE: &str = r#"
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -221,7 +228,8 @@ pub const FENCE_SUFFIX: &str = ":dlock-fence";
 /// The suffix of waiter queues (a sorted set: waiter id by first attempt).
 pub const QUEUE_SUFFIX: &str = ":dlock-queue";
 
-/// The suffix of the waiters' last-seen times (a sorted set).
+/// The suffix of the waiters' gone-at times (a sorted set: waiter id by
+/// the server time, in ms, past which it counts as gone).
 pub const SEEN_SUFFIX: &str = ":dlock-seen";
 
 /// A key beside `lock_key` in its hash slot (so one script can touch both

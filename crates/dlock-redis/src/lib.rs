@@ -38,10 +38,12 @@
 //!   id by first attempt, and when it was last seen) and subscribes to the
 //!   key's channel (one subscriber connection per [`RedisLock`], one
 //!   subscription per waited-on key). The release script publishes the id
-//!   of the longest-queued waiter seen within the last second, so a release
-//!   wakes **one** waiter, not all (no herd); `*` (everyone) when nobody
-//!   waits. Waiters not seen for a second (crashed, cancelled) are dropped
-//!   from the queue by the others' attempts, wherever they are in it. Waiters also poll with jitter, never longer than the holder's
+//!   of the longest-queued waiter still within its window (seen in the last
+//!   two of its rounds, at least a second: `2 x (150 ms + 2 x
+//!   command_timeout)`), so a release wakes **one** waiter, not all (no
+//!   herd); `*` (everyone) when nobody waits. Waiters past their window
+//!   (crashed, cancelled) are dropped from the queue by the others'
+//!   attempts, wherever they are in it. Waiters also poll with jitter, never longer than the holder's
 //!   remaining TTL: a notice lost, or naming a waiter that just died, costs
 //!   at most one poll. Redis locks stay non-FIFO: a newcomer can take a
 //!   free key before the named waiter retries.

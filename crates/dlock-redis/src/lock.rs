@@ -31,9 +31,15 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// and never longer than the holder's remaining TTL.
 const POLL: Duration = Duration::from_millis(150);
 
-/// A waiter not seen (no attempt) for this long counts as gone: a release
-/// does not name it. Several polls' worth.
-const WAITER_GONE_MS: u64 = 1000;
+/// A waiter not seen (no attempt) for this long counts as gone: releases
+/// stop naming it and other waiters' attempts drop it. At least a second,
+/// and two of its rounds (a poll and an attempt, which a busy server or
+/// client may take the whole command timeout for; the gap between two
+/// attempts' arrival is at most a poll and two of those).
+fn waiter_window(command_timeout: Duration) -> u64 {
+    let round = POLL.saturating_add(command_timeout.saturating_mul(2));
+    dlock_redis_protocol::millis(round.saturating_mul(2)).max(1000)
+}
 
 /// A lock backend on one Redis server (or a Redis Cluster).
 ///
@@ -362,7 +368,7 @@ impl RedisLock {
                     value.clone(),
                     ms(ttl).to_string(),
                     waiter.unwrap_or_default().to_owned(),
-                    WAITER_GONE_MS.to_string(),
+                    waiter_window(self.inner.config.command_timeout).to_string(),
                 ],
             )
             .await
@@ -408,7 +414,7 @@ impl RedisLock {
                     &scripts::companion_key(lock_key, QUEUE_SUFFIX),
                     &scripts::companion_key(lock_key, SEEN_SUFFIX),
                 ],
-                vec![value, channel.as_str(), &WAITER_GONE_MS.to_string()],
+                vec![value, channel.as_str()],
             )
             .await
             .map_err(map_err)?;
@@ -588,7 +594,11 @@ impl Lock for RedisLock {
         if opts.wait == Wait::No {
             return Err(timeout());
         }
-        let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
+        let waiting = self
+            .inner
+            .waiters
+            .wait_on(scripts::channel(&lock_key), deadline)
+            .await;
         // Queued from the next attempt on; out of the queue again on a grant
         // (by the script) or when this call ends otherwise (here).
         let mut queued = LeaveOnDrop {
@@ -624,5 +634,20 @@ impl Lock for RedisLock {
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_window_covers_two_rounds_and_never_overflows() {
+        assert_eq!(waiter_window(Duration::from_millis(100)), 1000);
+        assert_eq!(waiter_window(Duration::from_secs(2)), 2 * (150 + 4000));
+        assert_eq!(
+            u128::from(waiter_window(Duration::MAX)),
+            dlock_core::driver::FAR_FUTURE.as_millis()
+        );
     }
 }

@@ -321,8 +321,13 @@ async fn a_release_wakes_the_first_live_waiter_not_all() {
     // Three waiters, each its own client, queued one after another.
     let mut waiters = Vec::new();
     let mut tasks = Vec::new();
+    // Waiters with a 300 ms command timeout: their window (after which a
+    // silent one counts as gone) is 2 x (150 ms + 2 x 300 ms) = 1.5 s.
+    let waiter_config = RedisConfig::from_url(server.url())
+        .key_prefix(&prefix)
+        .timeouts(Duration::from_secs(5), Duration::from_millis(300));
     for i in 0..3 {
-        let w = connect(&server, &prefix).await;
+        let w = RedisLock::connect(waiter_config.clone()).await.unwrap();
         let (w2, k2) = (w.clone(), k.clone());
         tasks.push(tokio::spawn(async move {
             w2.acquire(&k2, AcquireOptions::default().wait(Wait::For(LIMIT)))
@@ -348,7 +353,7 @@ async fn a_release_wakes_the_first_live_waiter_not_all() {
     // (The wait is the staleness threshold itself passing, not settling.)
     waiters[0].abandon().await;
     tasks.remove(0).abort();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     g.release().await.unwrap();
     let notice = tokio::time::timeout(LIMIT, notices.recv())
         .await
@@ -577,19 +582,22 @@ async fn a_crashed_waiter_behind_a_live_one_leaves_the_queue() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as f64;
-    for i in 0..3u32 {
-        let id = format!("w{:024x}", 0xdead_0000 + i);
-        let _: i64 = raw
-            .eval(
-                "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3]); \
-                 return redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])",
-                vec![q.clone(), seen.clone()],
-                vec![format!("{}", now_ms + 60_000.0), "1".to_owned(), id],
-            )
-            .await
-            .unwrap();
-    }
-    assert_eq!(queue(&raw, &lock_key).await.len(), 4);
+    // All three in one script, with the count: the live waiter's attempts
+    // (which prune) cannot come in between.
+    let queued: i64 = raw
+        .eval(
+            "for i = 1, 3 do \
+               local id = string.format('w%024x', 3735879680 + i); \
+               redis.call('ZADD', KEYS[1], ARGV[1], id); \
+               redis.call('ZADD', KEYS[2], 1, id) \
+             end; \
+             return redis.call('ZCARD', KEYS[1])",
+            vec![q.clone(), seen.clone()],
+            vec![format!("{}", now_ms + 60_000.0)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued, 4);
     until("the crashed waiters left the queue", async || {
         queue(&raw, &lock_key).await.len() == 1
     })
@@ -636,10 +644,10 @@ async fn a_new_waiter_keeps_the_subscription_the_last_one_gave_up() {
     let (waiters, tasks) = Waiters::start(vec![subscriber.clone()], Duration::from_secs(5));
     for round in 0..5 {
         let channel = format!("{}released:{round}", ns());
-        let first = waiters.wait_on(channel.clone()).await;
+        let first = waiters.wait_on(channel.clone(), None).await;
         assert_eq!(numsub(&channel), "1");
         drop(first);
-        let second = waiters.wait_on(channel.clone()).await;
+        let second = waiters.wait_on(channel.clone(), None).await;
         // Whatever the handle sent before this answer has been answered.
         let _: () = subscriber.ping(None).await.unwrap();
         let _: () = subscriber.ping(None).await.unwrap();

@@ -1,11 +1,12 @@
 //! [`RedlockGuard`]: a grant held on a quorum of nodes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock_core::driver::{Validity, keep};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
-use dlock_redis_protocol::Outcome;
+use dlock_redis_protocol::{Outcome, millis};
 use tokio::task::JoinHandle;
 
 use crate::lock::{BACKEND, MIN_TTL, Redlock};
@@ -30,6 +31,10 @@ pub struct RedlockGuard {
     lost: LostSignal,
     validity: Arc<Validity>,
     keeper: JoinHandle<()>,
+    /// The longest TTL any node's key was given (ms): a release that does
+    /// not reach every node is retried that long, after which the key has
+    /// expired everywhere.
+    longest_ttl: AtomicU64,
     released: bool,
 }
 
@@ -73,8 +78,18 @@ impl RedlockGuard {
             lost,
             validity,
             keeper,
+            longest_ttl: AtomicU64::new(millis(ttl)),
             released: false,
         }
+    }
+}
+
+impl RedlockGuard {
+    /// Until when a background release is worth retrying: the longest TTL
+    /// from now (no node's key outlives it).
+    fn release_until(&self) -> Instant {
+        let ttl = Duration::from_millis(self.longest_ttl.load(Ordering::Relaxed));
+        dlock_core::driver::saturating_add(Instant::now(), ttl)
     }
 }
 
@@ -125,6 +140,7 @@ impl Guard for RedlockGuard {
         }
         let ttl = ttl.max(MIN_TTL);
         let _permit = self.validity.renewal().await;
+        self.longest_ttl.fetch_max(millis(ttl), Ordering::Relaxed);
         let sent = Instant::now();
         let tally = self
             .lock
@@ -172,6 +188,11 @@ impl Guard for RedlockGuard {
         }
         let tally = self.lock.release_everywhere(&self.lock_key, &self.value).await;
         self.validity.fire_lost();
+        if tally.unanswered() > 0 {
+            // Those nodes are asked again in the background.
+            self.lock
+                .release_in_background(self.lock_key.clone(), self.value.clone(), self.release_until());
+        }
         match tally.verdict(self.lock.quorum()) {
             Some(outcome) => outcome.into_result(&self.key),
             None => Err(self.lock.no_quorum("release", tally)),
@@ -183,9 +204,11 @@ impl Drop for RedlockGuard {
     fn drop(&mut self) {
         self.keeper.abort();
         if !self.released {
+            let until = self.release_until();
             self.lock.release_in_background(
                 std::mem::take(&mut self.lock_key),
                 std::mem::take(&mut self.value),
+                until,
             );
         }
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
 use dlock_redis_protocol::notices::Waiters;
 use dlock_redis_protocol::{Outcome, host_name, millis, redact_url, scripts};
@@ -27,19 +28,24 @@ pub(crate) const BACKEND: &str = "redlock";
 /// the drift allowance leave no validity.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
+/// How long the nodes that did not answer a failed attempt's give-back are
+/// asked again.
+const GIVE_BACK_RETRIES: Duration = Duration::from_secs(1);
+
 /// How many rounds a one-shot acquire ([`Wait::No`]) makes at most when
 /// rounds end in split votes.
 const SPLIT_VOTE_ROUNDS: usize = 5;
 
 /// A waiter not seen (no attempt) for this long counts as gone: releases
 /// stop naming it and other waiters' attempts drop it. At least a second,
-/// and several of its rounds (a retry delay plus a node's answer, which a
-/// slow node or a busy client may take the whole node timeout for).
-fn waiter_gone(config: &RedlockConfig) -> u64 {
+/// and four of its rounds: a retry delay, the attempt and the release of a
+/// failed attempt's nodes (a slow node or a busy client may take the whole
+/// node timeout for each).
+fn waiter_window(config: &RedlockConfig) -> u64 {
     millis(
         config
             .retry_jitter
-            .saturating_add(config.node_timeout)
+            .saturating_add(config.node_timeout.saturating_mul(2))
             .saturating_mul(4),
     )
     .max(1000)
@@ -336,15 +342,14 @@ impl Redlock {
     /// on every node (awaited) before returning.
     async fn attempt(&self, lock_key: &str, ttl: Duration, waiter: Option<&str>) -> Result<Attempt> {
         let value = scripts::new_value(&self.inner.host);
-        let mut cleanup = ReleaseOnDrop {
-            lock: self,
-            lock_key,
-            value: &value,
-            armed: true,
-        };
         let sent = Instant::now();
+        // Released on every node if the attempt ends without a verdict (a
+        // dropped future): until its TTL has passed everywhere.
+        let cleanup = OnDrop::new((), |()| {
+            self.release_in_background(lock_key.to_owned(), value.clone(), saturating_add(sent, ttl));
+        });
         let ttl_ms = millis(ttl).to_string();
-        let gone_ms = waiter_gone(&self.inner.config).to_string();
+        let window_ms = waiter_window(&self.inner.config).to_string();
         let (queue, seen) = (
             scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
             scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
@@ -364,7 +369,7 @@ impl Redlock {
                             value.as_str(),
                             ttl_ms.as_str(),
                             waiter.unwrap_or_default(),
-                            gone_ms.as_str(),
+                            window_ms.as_str(),
                         ],
                     )
             },
@@ -420,13 +425,20 @@ impl Redlock {
             .checked_sub(elapsed + self.inner.config.drift(ttl))
             .unwrap_or_default();
         if granted >= quorum && !validity.is_zero() {
-            cleanup.armed = false;
-            drop(cleanup);
+            cleanup.disarm();
             return Ok(Attempt::Granted { value, sent });
         }
-        // Not ours: give back what we got, on every node (the silent ones too).
-        self.release_everywhere(lock_key, &value).await;
-        cleanup.armed = false;
+        // Not ours: give back what we got, on every node (the silent ones
+        // too); nodes that did not answer are asked again in the background.
+        // (For a second at most: a busy moment, not an outage, which would
+        // otherwise leave a retrying task behind every failed attempt; the
+        // TTL is the backstop.)
+        let given_back = self.release_everywhere(lock_key, &value).await;
+        cleanup.disarm();
+        if given_back.unanswered() > 0 {
+            let until = saturating_add(sent, ttl).min(saturating_add(Instant::now(), GIVE_BACK_RETRIES));
+            self.release_in_background(lock_key.to_owned(), value.clone(), until);
+        }
         let error = QuorumError {
             operation: "acquire",
             needed: quorum,
@@ -476,8 +488,6 @@ impl Redlock {
     pub(crate) async fn release_everywhere(&self, lock_key: &str, value: &str) -> Tally {
         let channel = scripts::channel(lock_key);
         let channel = channel.as_str();
-        let gone_ms = waiter_gone(&self.inner.config).to_string();
-        let gone_ms = gone_ms.as_str();
         let (queue, seen) = (
             scripts::companion_key(lock_key, scripts::QUEUE_SUFFIX),
             scripts::companion_key(lock_key, scripts::SEEN_SUFFIX),
@@ -494,7 +504,7 @@ impl Redlock {
                     .evalsha_with_reload(
                         &self.inner.nodes[i].client,
                         vec![lock_key, queue, seen],
-                        vec![value, channel, gone_ms],
+                        vec![value, channel],
                     )
                     .await?;
                 Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
@@ -540,42 +550,31 @@ impl Redlock {
     }
 
     /// Releases on every node in the background (for drops).
-    pub(crate) fn release_in_background(&self, lock_key: String, value: String) {
+    pub(crate) fn release_in_background(&self, lock_key: String, value: String, until: Instant) {
         if self.is_abandoned() {
             return;
         }
-        let lock = self.clone();
-        // Once, on every node at once: a node that misses it frees the key
-        // by its TTL (Redlock has no single answer to retry against).
+        let (lock, gone) = (self.clone(), self.clone());
+        // On every node at once, again while some node did not answer, until
+        // `until` (past it the key has expired everywhere by its TTL).
         dlock_core::driver::clean_up_in_background(
             format!("redlock: release {lock_key}"),
-            None,
-            || false,
+            Some(until),
+            move || gone.is_abandoned(),
             move || {
                 let (lock, lock_key, value) = (lock.clone(), lock_key.clone(), value.clone());
                 async move {
-                    lock.release_everywhere(&lock_key, &value).await;
-                    Ok(())
+                    let tally = lock.release_everywhere(&lock_key, &value).await;
+                    match tally.unanswered() {
+                        0 => Ok(()),
+                        n => Err(Error::unavailable(
+                            BACKEND,
+                            format!("{n} node(s) did not answer the release"),
+                        )),
+                    }
                 }
             },
         );
-    }
-}
-
-/// Releases on every node if an attempt ends without a verdict (dropped).
-struct ReleaseOnDrop<'a> {
-    lock: &'a Redlock,
-    lock_key: &'a str,
-    value: &'a str,
-    armed: bool,
-}
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lock
-                .release_in_background(self.lock_key.to_owned(), self.value.to_owned());
-        }
     }
 }
 
@@ -664,7 +663,11 @@ impl Lock for Redlock {
             }
             return Err(failed(last));
         }
-        let waiting = self.inner.waiters.wait_on(scripts::channel(&lock_key)).await;
+        let waiting = self
+            .inner
+            .waiters
+            .wait_on(scripts::channel(&lock_key), deadline)
+            .await;
         // Queued on every node from the next attempt on (a release names
         // its node's first live waiter); out of the queues again on a grant
         // (by the script) or when this call ends otherwise (here).
@@ -720,5 +723,23 @@ impl Drop for LeaveOnDrop<'_> {
             self.lock
                 .leave_in_background(self.lock_key, self.waiter.to_owned());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_window_covers_four_rounds_and_never_overflows() {
+        let mut c = RedlockConfig::new(["redis://127.0.0.1:1"]);
+        assert_eq!(waiter_window(&c), 1000);
+        c.node_timeout = Duration::from_millis(500);
+        assert_eq!(waiter_window(&c), 4 * (100 + 1000));
+        c.node_timeout = Duration::MAX;
+        assert_eq!(
+            u128::from(waiter_window(&c)),
+            dlock_core::driver::FAR_FUTURE.as_millis()
+        );
     }
 }

@@ -157,6 +157,12 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// How many nodes gave no answer (timed out, unreachable, an error):
+    /// their keys may still be there.
+    pub(crate) fn unanswered(&self) -> usize {
+        self.failures.len() - self.expired - self.held
+    }
+
     pub(crate) fn of(names: &[String], replies: Vec<Result<Outcome, NodeFailure>>) -> Self {
         let mut t = Tally::default();
         for (name, reply) in names.iter().zip(replies) {

@@ -20,7 +20,12 @@ impl RedlockFactory {
         let endpoint = shared::redis_nodes()
             .await
             .expect("five redis nodes for the tests");
-        let config = RedlockConfig::new(endpoint.addresses.clone());
+        // A node timeout a busy 2-core machine keeps, servers and tests on
+        // the same cores (the default 50 ms is for a quiet network: under
+        // load every node timed out, or a give-back was skipped and left a
+        // key to its TTL).
+        let mut config = RedlockConfig::new(endpoint.addresses.clone());
+        config.node_timeout = std::time::Duration::from_millis(200);
         let admin = Redlock::connect(config.clone())
             .await
             .expect("connect to the test nodes");
