@@ -4,6 +4,7 @@
 //! so that neither depends on the other:
 //!
 //! - [`scripts`]: the key layout, the lock value and the Lua scripts;
+//! - [`calls`]: each script as a call (its keys, arguments and reply);
 //! - [`notices`]: release notices over pub/sub, waking waiters;
 //! - (a guard's local deadline and watchdog are `dlock_core::driver`'s);
 //! - [`Outcome`]: what a release or extend script found;
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod calls;
 pub mod notices;
 pub mod scripts;
 

@@ -9,7 +9,8 @@ use tokio::task::JoinHandle;
 
 use dlock_redis_protocol::Outcome;
 
-use crate::lock::RedisLock;
+use crate::error::BACKEND;
+use crate::protocol::Conn;
 
 /// The guard of a Redis grant.
 ///
@@ -23,7 +24,7 @@ use crate::lock::RedisLock;
 /// background (best effort; the TTL is the backstop).
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct RedisGuard {
-    lock: RedisLock,
+    conn: Arc<Conn>,
     key: LockKey,
     lock_key: String,
     value: String,
@@ -37,7 +38,7 @@ pub struct RedisGuard {
 impl RedisGuard {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        lock: RedisLock,
+        conn: Arc<Conn>,
         key: LockKey,
         lock_key: String,
         value: String,
@@ -48,21 +49,26 @@ impl RedisGuard {
     ) -> Self {
         let (validity, signal) = Validity::new(sent, ttl, dlock_core::driver::Drift::DEFAULT);
         let keeper = {
-            let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
+            let (c, k, v, stop) = (
+                Arc::clone(&conn),
+                lock_key.clone(),
+                value.clone(),
+                Arc::clone(&conn),
+            );
             tokio::spawn(keep(
                 Arc::clone(&validity),
                 ttl,
                 opts.auto_extend,
                 sent,
                 move || {
-                    let (l, k, v) = (l.clone(), k.clone(), v.clone());
-                    async move { l.run_extend(&k, &v, ttl).await.map(Outcome::refusal) }
+                    let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
+                    async move { c.extend(&k, &v, ttl).await.map(Outcome::refusal) }
                 },
                 move || stop.is_abandoned(),
             ))
         };
         RedisGuard {
-            lock,
+            conn,
             key,
             lock_key,
             value,
@@ -104,7 +110,7 @@ impl Guard for RedisGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.lock.is_abandoned() && self.validity.is_valid()
+        !self.lost.is_lost() && !self.conn.is_abandoned() && self.validity.is_valid()
     }
 
     /// See [`Guard::extend`]: a compare-value `PEXPIRE`.
@@ -120,16 +126,13 @@ impl Guard for RedisGuard {
     /// Dropping the future may or may not leave the TTL extended; the local
     /// deadline moves only on a confirmed extend.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        if self.lock.is_abandoned() {
-            return Err(Error::unavailable(
-                crate::lock::BACKEND,
-                "this RedisLock was abandoned",
-            ));
+        if self.conn.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
         let ttl = ttl.max(crate::MIN_TTL);
         let _permit = self.validity.renewal().await;
         let sent = Instant::now();
-        let outcome = self.lock.run_extend(&self.lock_key, &self.value, ttl).await?;
+        let outcome = self.conn.extend(&self.lock_key, &self.value, ttl).await?;
         match outcome {
             Outcome::Done => self.validity.renewed(sent, ttl),
             Outcome::Expired | Outcome::HeldByOther => self.validity.fire_lost(),
@@ -152,15 +155,12 @@ impl Guard for RedisGuard {
     /// the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
         self.keeper.abort();
-        if self.lock.is_abandoned() {
+        if self.conn.is_abandoned() {
             self.released = true;
-            return Err(Error::unavailable(
-                crate::lock::BACKEND,
-                "this RedisLock was abandoned",
-            ));
+            return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
         // On an error (or a dropped future), Drop retries in the background.
-        let outcome = self.lock.run_release(&self.lock_key, &self.value).await?;
+        let outcome = self.conn.release(&self.lock_key, &self.value).await?;
         self.released = true;
         self.validity.fire_lost();
         outcome.into_result(&self.key)
@@ -171,11 +171,31 @@ impl Drop for RedisGuard {
     fn drop(&mut self) {
         self.keeper.abort();
         if !self.released {
-            self.lock.release_in_background(
+            release_in_background(
+                &self.conn,
                 std::mem::take(&mut self.lock_key),
                 std::mem::take(&mut self.value),
                 self.validity.deadline(),
             );
         }
     }
+}
+
+/// Releases in the background (drops, failed releases, attempts whose
+/// reply was lost), retrying until `until` (past it the key expires on its
+/// own).
+pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: String, value: String, until: Instant) {
+    if conn.is_abandoned() {
+        return;
+    }
+    let (conn, gone) = (Arc::clone(conn), Arc::clone(conn));
+    dlock_core::driver::clean_up_in_background(
+        format!("redis: release {lock_key}"),
+        Some(until),
+        move || gone.is_abandoned(),
+        move || {
+            let (conn, lock_key, value) = (Arc::clone(&conn), lock_key.clone(), value.clone());
+            async move { conn.release(&lock_key, &value).await.map(drop) }
+        },
+    );
 }

@@ -73,8 +73,10 @@
 #![deny(missing_docs)]
 
 mod config;
+mod error;
 mod guard;
 mod lock;
+mod protocol;
 
 pub use dlock_redis_protocol::scripts;
 

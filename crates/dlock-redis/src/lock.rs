@@ -1,27 +1,22 @@
 //! [`RedisLock`]: connecting, acquiring, waiting, and the operator views.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
-use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, KeysInterface};
-use fred::types::Builder;
-use fred::types::config::ReconnectPolicy;
-use fred::types::scripts::Script;
-use futures::StreamExt;
+use dlock_redis_protocol::calls::Fenced;
+use dlock_redis_protocol::host_name;
+use dlock_redis_protocol::notices::Waiters;
+use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX};
 use tokio::task::JoinHandle;
 
 use crate::config::RedisConfig;
-use crate::guard::RedisGuard;
-use dlock_redis_protocol::notices::Waiters;
-use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX};
-use dlock_redis_protocol::{Outcome, host_name, millis as ms};
-
-pub(crate) const BACKEND: &str = "redis";
+use crate::error::BACKEND;
+use crate::guard::{RedisGuard, release_in_background};
+use crate::protocol::Conn;
 
 /// The shortest TTL the driver honours (Redis expiries are in milliseconds;
 /// a watchdog at a third of less than this could not keep up).
@@ -48,38 +43,22 @@ fn waiter_window(command_timeout: Duration) -> u64 {
 /// of keys and guards. See the [crate docs](crate) for the protocol.
 #[derive(Clone)]
 pub struct RedisLock {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) config: RedisConfig,
-    pub(crate) client: Client,
-    subscriber: SubscriberClient,
+struct Inner {
+    config: RedisConfig,
+    conn: Arc<Conn>,
     waiters: Arc<Waiters>,
-    scripts: Scripts,
     host: String,
-    abandoned: AtomicBool,
     tasks: Vec<JoinHandle<()>>,
-}
-
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    leave: Script,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // The connections close with the last guard (`Conn`'s drop).
         for t in &self.tasks {
             t.abort();
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (client, subscriber) = (self.client.clone(), self.subscriber.clone());
-            drop(rt.spawn(async move {
-                let _ = client.quit().await;
-                let _ = subscriber.quit().await;
-            }));
         }
     }
 }
@@ -118,11 +97,6 @@ impl Holder {
     }
 }
 
-/// fred's errors as dlock's, for this backend.
-pub(crate) fn map_err(e: fred::error::Error) -> Error {
-    dlock_redis_protocol::map_err(BACKEND, e)
-}
-
 impl RedisLock {
     /// Connects the command and subscriber connections.
     ///
@@ -147,62 +121,15 @@ impl RedisLock {
     /// # Ok(()) }
     /// ```
     pub async fn connect(config: RedisConfig) -> Result<Self> {
-        let fred_config = config.to_fred()?;
-        let mut builder = Builder::from_config(fred_config);
-        builder
-            .with_connection_config(|c| {
-                c.connection_timeout = config.connect_timeout;
-                c.internal_command_timeout = config.command_timeout;
-                // A command is sent once: a silent resend after a reconnect
-                // could take a lock nobody is waiting for any more.
-                c.max_command_attempts = 1;
-            })
-            .with_performance_config(|p| {
-                p.default_command_timeout = config.command_timeout;
-            })
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-        let client = builder.build().map_err(map_err)?;
-        let subscriber = builder.build_subscriber_client().map_err(map_err)?;
-        let connected = tokio::time::timeout(config.connect_timeout, async {
-            client.init().await?;
-            subscriber.init().await
-        })
-        .await;
-        let failure = match connected {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(map_err(e)),
-            Err(_) => Some(Error::unavailable(
-                BACKEND,
-                format!("no connection within {:?}", config.connect_timeout),
-            )),
-        };
-        if let Some(e) = failure {
-            let (c, s) = (client.clone(), subscriber.clone());
-            tokio::spawn(async move {
-                let _ = c.quit().await;
-                let _ = s.quit().await;
-            });
-            return Err(match e {
-                Error::Unavailable { .. } | Error::InvalidConfig(_) => e,
-                other => Error::unavailable(BACKEND, other),
-            });
-        }
-        let resubscribe = subscriber.manage_subscriptions();
-        let (waiters, dispatchers) = Waiters::start(vec![subscriber.clone()], config.command_timeout);
+        let conn = Arc::new(Conn::connect(&config).await?);
+        let resubscribe = conn.subscriber.manage_subscriptions();
+        let (waiters, dispatchers) = Waiters::start(vec![conn.subscriber.clone()], config.command_timeout);
         Ok(RedisLock {
             inner: Arc::new(Inner {
                 config,
-                client,
-                subscriber,
+                conn,
                 waiters,
-                scripts: Scripts {
-                    acquire: Script::from_lua(scripts::ACQUIRE),
-                    release: Script::from_lua(scripts::RELEASE),
-                    extend: Script::from_lua(scripts::EXTEND),
-                    leave: Script::from_lua(scripts::LEAVE),
-                },
                 host: host_name(),
-                abandoned: AtomicBool::new(false),
                 tasks: std::iter::once(resubscribe).chain(dispatchers).collect(),
             }),
         })
@@ -246,19 +173,14 @@ impl RedisLock {
     /// Read-only; safe to drop at any point.
     pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
         let lock_key = self.redis_key(key)?;
-        let client = &self.inner.client;
-        let value: Option<String> = client.get(&lock_key).await.map_err(map_err)?;
-        let Some(value) = value else { return Ok(None) };
-        let pttl: i64 = client.pttl(&lock_key).await.map_err(map_err)?;
-        let fence_counter: Option<u64> = match scripts::fence_key(&lock_key) {
-            Some(k) => client.get(k).await.map_err(map_err)?,
-            None => None,
+        let Some(held) = self.inner.conn.held_by(&lock_key).await? else {
+            return Ok(None);
         };
         Ok(Some(Holder {
-            info: scripts::parse_value(&value),
-            value,
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence_counter,
+            info: scripts::parse_value(&held.value),
+            value: held.value,
+            remaining: held.remaining,
+            fence_counter: held.fence_counter,
         }))
     }
 
@@ -274,37 +196,16 @@ impl RedisLock {
     /// Read-only; safe to drop at any point.
     pub async fn held_keys(&self, prefix: &str) -> Result<Vec<String>> {
         let full = format!("{}{prefix}", self.inner.config.key_prefix);
-        let mut pattern = String::with_capacity(full.len() + 1);
-        for c in full.chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push('*');
-        let client = &self.inner.client;
-        let mut stream = if self.inner.config.is_cluster() {
-            client.scan_cluster_buffered(pattern, Some(500), None).boxed()
-        } else {
-            client.scan_buffered(pattern, Some(500), None).boxed()
-        };
-        let mut keys = Vec::new();
-        while let Some(key) = stream.next().await {
-            let key = key.map_err(map_err)?;
-            let Some(name) = key.as_str() else { continue };
-            if [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX]
-                .iter()
-                .any(|s| name.ends_with(s))
-            {
-                continue;
-            }
-            if let Some(stripped) = name.strip_prefix(&self.inner.config.key_prefix) {
-                keys.push(stripped.to_owned());
-            }
-        }
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
+        let keys = self
+            .inner
+            .conn
+            .lock_keys(&full, self.inner.config.is_cluster())
+            .await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(&self.inner.config.key_prefix))
+            .map(str::to_owned)
+            .collect())
     }
 
     /// Drops both connections at once without releasing anything, as if this
@@ -317,13 +218,11 @@ impl RedisLock {
     /// The handle is marked abandoned at once; dropping the future may leave
     /// the connections to close on their own.
     pub async fn abandon(&self) {
-        self.inner.abandoned.store(true, Ordering::SeqCst);
-        let _ = self.inner.client.quit().await;
-        let _ = self.inner.subscriber.quit().await;
+        self.inner.conn.abandon().await;
     }
 
-    pub(crate) fn is_abandoned(&self) -> bool {
-        self.inner.abandoned.load(Ordering::SeqCst)
+    fn is_abandoned(&self) -> bool {
+        self.inner.conn.is_abandoned()
     }
 
     fn check_up(&self) -> Result<()> {
@@ -344,81 +243,33 @@ impl RedisLock {
         waiter: Option<&str>,
     ) -> Result<Attempt> {
         let value = scripts::new_value(&self.inner.host);
-        let mut cleanup = ReleaseOnDrop {
-            lock: self,
-            lock_key,
-            value: &value,
-            ttl,
-            armed: true,
-        };
-        let sent = Instant::now();
-        let reply: Vec<i64> = self
-            .inner
-            .scripts
-            .acquire
-            .evalsha_with_reload(
-                &self.inner.client,
-                vec![
-                    lock_key,
-                    fence_key,
-                    &scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    &scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
-                vec![
-                    value.clone(),
-                    ms(ttl).to_string(),
-                    waiter.unwrap_or_default().to_owned(),
-                    waiter_window(self.inner.config.command_timeout).to_string(),
-                ],
-            )
-            .await
-            .map_err(map_err)?;
         // Disarmed only for a reply we understood: a grant whose token we
-        // refuse is released in the background.
-        match reply.as_slice() {
-            [1, token] => {
-                let token = u64::try_from(*token)
-                    .map_err(|_| Error::backend(BACKEND, format!("negative fencing token {token}")))?;
-                cleanup.armed = false;
-                drop(cleanup);
-                Ok(Attempt::Granted {
-                    token: FencingToken::new(token),
-                    value,
-                    sent,
-                })
-            }
-            [0, pttl] => {
-                cleanup.armed = false;
-                Ok(Attempt::Held {
-                    pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                })
-            }
-            other => Err(Error::backend(
-                BACKEND,
-                format!("unexpected acquire reply {other:?}"),
-            )),
-        }
-    }
-
-    /// Runs the release script.
-    pub(crate) async fn run_release(&self, lock_key: &str, value: &str) -> Result<Outcome> {
-        let channel = scripts::channel(lock_key);
-        let reply: i64 = self
+        // refuse (or whose reply we lost) is released in the background,
+        // until its TTL has run out anyway.
+        let cleanup = OnDrop::new((), |()| {
+            release_in_background(
+                &self.inner.conn,
+                lock_key.to_owned(),
+                value.clone(),
+                saturating_add(Instant::now(), ttl),
+            );
+        });
+        let sent = Instant::now();
+        let window = waiter_window(self.inner.config.command_timeout);
+        let found = self
             .inner
-            .scripts
-            .release
-            .evalsha_with_reload(
-                &self.inner.client,
-                vec![
-                    lock_key,
-                    &scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    &scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
-                vec![value, channel.as_str()],
-            )
-            .await
-            .map_err(map_err)?;
-        Outcome::from_reply(BACKEND, reply)
+            .conn
+            .acquire(lock_key, fence_key, &value, ttl, waiter.map(|w| (w, window)))
+            .await?;
+        cleanup.disarm();
+        Ok(match found {
+            Fenced::Granted(token) => Attempt::Granted {
+                token: FencingToken::new(token),
+                value,
+                sent,
+            },
+            Fenced::Held(pttl) => Attempt::Held { pttl },
+        })
     }
 
     /// Takes a waiter out of its key's queue, in the background (it gave up).
@@ -426,96 +277,10 @@ impl RedisLock {
         if self.is_abandoned() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let lock = self.clone();
-            let keys = vec![
-                scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                scripts::companion_key(lock_key, SEEN_SUFFIX),
-            ];
-            drop(rt.spawn(async move {
-                let _: std::result::Result<i64, _> = lock
-                    .inner
-                    .scripts
-                    .leave
-                    .evalsha_with_reload(&lock.inner.client, keys, vec![waiter])
-                    .await;
-            }));
-        }
-    }
-
-    /// Runs the extend script.
-    pub(crate) async fn run_extend(&self, lock_key: &str, value: &str, ttl: Duration) -> Result<Outcome> {
-        let reply: i64 = self
-            .inner
-            .scripts
-            .extend
-            .evalsha_with_reload(
-                &self.inner.client,
-                vec![lock_key],
-                vec![value.to_owned(), ms(ttl).to_string()],
-            )
-            .await
-            .map_err(map_err)?;
-        Outcome::from_reply(BACKEND, reply)
-    }
-
-    /// Releases in the background (for drops).
-    pub(crate) fn release_in_background(&self, lock_key: String, value: String, until: Instant) {
-        if self.is_abandoned() {
-            return;
-        }
-        let (lock, gone) = (self.clone(), self.clone());
-        dlock_core::driver::clean_up_in_background(
-            format!("redis: release {lock_key}"),
-            // Past the local deadline the key expires on its own.
-            Some(until),
-            move || gone.is_abandoned(),
-            move || {
-                let (lock, lock_key, value) = (lock.clone(), lock_key.clone(), value.clone());
-                async move { lock.run_release(&lock_key, &value).await.map(drop) }
-            },
-        );
-    }
-}
-
-/// Sends a compare-value release if an acquire attempt ends without a
-/// definite answer (dropped or failed).
-struct ReleaseOnDrop<'a> {
-    lock: &'a RedisLock,
-    lock_key: &'a str,
-    value: &'a str,
-    /// The attempt's TTL: a grant it did not see expires within it.
-    ttl: Duration,
-    armed: bool,
-}
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lock.release_in_background(
-                self.lock_key.to_owned(),
-                self.value.to_owned(),
-                dlock_core::driver::saturating_add(Instant::now(), self.ttl),
-            );
-        }
-    }
-}
-
-/// Takes a waiter that gave up (timed out, failed, was dropped) out of the
-/// key's queue, so releases do not name it.
-struct LeaveOnDrop<'a> {
-    lock: &'a RedisLock,
-    lock_key: &'a str,
-    waiter: &'a str,
-    armed: bool,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lock
-                .leave_in_background(self.lock_key, self.waiter.to_owned());
-        }
+        let (conn, lock_key) = (Arc::clone(&self.inner.conn), lock_key.to_owned());
+        dlock_core::driver::spawn_detached("redis: leave a waiter queue", async move {
+            let _ = conn.leave(&lock_key, &waiter).await;
+        });
     }
 }
 
@@ -576,7 +341,7 @@ impl Lock for RedisLock {
         };
         let grant = |attempt| match attempt {
             Attempt::Granted { token, value, sent } => Some(RedisGuard::new(
-                self.clone(),
+                Arc::clone(&self.inner.conn),
                 key.clone(),
                 lock_key.clone(),
                 value,
@@ -601,12 +366,7 @@ impl Lock for RedisLock {
             .await;
         // Queued from the next attempt on; out of the queue again on a grant
         // (by the script) or when this call ends otherwise (here).
-        let mut queued = LeaveOnDrop {
-            lock: self,
-            lock_key: &lock_key,
-            waiter: &waiting.id,
-            armed: true,
-        };
+        let queued = OnDrop::new((), |()| self.leave_in_background(&lock_key, waiting.id.clone()));
         loop {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -621,7 +381,7 @@ impl Lock for RedisLock {
             {
                 Attempt::Held { pttl } => pttl,
                 granted => {
-                    queued.armed = false;
+                    queued.disarm();
                     return grant(granted).ok_or_else(timeout);
                 }
             };

@@ -1,0 +1,207 @@
+//! The protocol, this driver's side: the only file that talks to Redis.
+//! The scripts, their keys, arguments and replies are
+//! `dlock_redis_protocol`'s (shared with Redlock); here are the connection
+//! they run on, the operator reads, and the error mapping of each call.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dlock_core::{Error, Result};
+use dlock_redis_protocol::Outcome;
+use dlock_redis_protocol::calls::{Fenced, Scripts};
+use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX};
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::Builder;
+use fred::types::config::ReconnectPolicy;
+use futures::StreamExt;
+
+use crate::config::RedisConfig;
+use crate::error::{BACKEND, map_err};
+
+/// What a handle and its guards share to talk to Redis: the command and
+/// subscriber connections, the scripts, and whether the handle was
+/// abandoned (then nothing more is sent: as if the process had died).
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    pub(crate) subscriber: SubscriberClient,
+    scripts: Scripts,
+    abandoned: AtomicBool,
+}
+
+/// The last user gone (the handle and every guard): both connections are
+/// closed in the background.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let (client, subscriber) = (self.client.clone(), self.subscriber.clone());
+        dlock_core::driver::spawn_detached("redis: close the connections", async move {
+            let _ = client.quit().await;
+            let _ = subscriber.quit().await;
+        });
+    }
+}
+
+/// Who holds a key, as Redis tells it: the value, the remaining TTL
+/// (`None`: no expiry), the fence counter.
+pub(crate) struct HeldBy {
+    pub(crate) value: String,
+    pub(crate) remaining: Option<Duration>,
+    pub(crate) fence_counter: Option<u64>,
+}
+
+impl Conn {
+    /// Connects the command and subscriber connections within the connect
+    /// timeout.
+    pub(crate) async fn connect(config: &RedisConfig) -> Result<Self> {
+        let fred_config = config.to_fred()?;
+        let mut builder = Builder::from_config(fred_config);
+        builder
+            .with_connection_config(|c| {
+                c.connection_timeout = config.connect_timeout;
+                c.internal_command_timeout = config.command_timeout;
+                // A command is sent once: a silent resend after a reconnect
+                // could take a lock nobody is waiting for any more.
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = config.command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+        let client = builder.build().map_err(map_err)?;
+        let subscriber = builder.build_subscriber_client().map_err(map_err)?;
+        let connected = tokio::time::timeout(config.connect_timeout, async {
+            client.init().await?;
+            subscriber.init().await
+        })
+        .await;
+        let failure = match connected {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(map_err(e)),
+            Err(_) => Some(Error::unavailable(
+                BACKEND,
+                format!("no connection within {:?}", config.connect_timeout),
+            )),
+        };
+        let conn = Conn {
+            client,
+            subscriber,
+            scripts: Scripts::default(),
+            abandoned: AtomicBool::new(false),
+        };
+        match failure {
+            None => Ok(conn),
+            // Dropping `conn` closes its connections.
+            Some(e) => Err(match e {
+                Error::Unavailable { .. } | Error::InvalidConfig(_) => e,
+                other => Error::unavailable(BACKEND, other),
+            }),
+        }
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Marks the handle abandoned and closes both connections.
+    pub(crate) async fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        let _ = self.client.quit().await;
+        let _ = self.subscriber.quit().await;
+    }
+
+    /// One fenced `SET NX PX` attempt (see `ACQUIRE`); `waiter` (its id and
+    /// window in ms) queues it if the key is held.
+    pub(crate) async fn acquire(
+        &self,
+        lock_key: &str,
+        fence_key: &str,
+        value: &str,
+        ttl: Duration,
+        waiter: Option<(&str, u64)>,
+    ) -> Result<Fenced> {
+        self.scripts
+            .acquire(&self.client, lock_key, fence_key, value, ttl, waiter)
+            .await
+            .map_err(map_err)
+    }
+
+    /// The compare-value release, announced to waiters.
+    pub(crate) async fn release(&self, lock_key: &str, value: &str) -> Result<Outcome> {
+        let reply = self
+            .scripts
+            .release(&self.client, lock_key, value)
+            .await
+            .map_err(map_err)?;
+        Outcome::from_reply(BACKEND, reply)
+    }
+
+    /// The compare-value `PEXPIRE`.
+    pub(crate) async fn extend(&self, lock_key: &str, value: &str, ttl: Duration) -> Result<Outcome> {
+        let reply = self
+            .scripts
+            .extend(&self.client, lock_key, value, ttl)
+            .await
+            .map_err(map_err)?;
+        Outcome::from_reply(BACKEND, reply)
+    }
+
+    /// A waiter gives up its place in the queue.
+    pub(crate) async fn leave(&self, lock_key: &str, waiter: &str) -> Result<()> {
+        self.scripts
+            .leave(&self.client, lock_key, waiter)
+            .await
+            .map_err(map_err)
+    }
+
+    /// The lock key's value, remaining TTL and fence counter; `None` if the
+    /// key is free.
+    pub(crate) async fn held_by(&self, lock_key: &str) -> Result<Option<HeldBy>> {
+        let client = &self.client;
+        let value: Option<String> = client.get(lock_key).await.map_err(map_err)?;
+        let Some(value) = value else { return Ok(None) };
+        let pttl: i64 = client.pttl(lock_key).await.map_err(map_err)?;
+        let fence_counter: Option<u64> = match scripts::fence_key(lock_key) {
+            Some(k) => client.get(k).await.map_err(map_err)?,
+            None => None,
+        };
+        Ok(Some(HeldBy {
+            value,
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence_counter,
+        }))
+    }
+
+    /// Every lock key starting with `start` (companion keys left out),
+    /// sorted; on a cluster, from every primary.
+    pub(crate) async fn lock_keys(&self, start: &str, cluster: bool) -> Result<Vec<String>> {
+        let mut pattern = String::with_capacity(start.len() + 1);
+        for c in start.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('*');
+        let client = &self.client;
+        let mut stream = if cluster {
+            client.scan_cluster_buffered(pattern, Some(500), None).boxed()
+        } else {
+            client.scan_buffered(pattern, Some(500), None).boxed()
+        };
+        let mut keys = Vec::new();
+        while let Some(key) = stream.next().await {
+            let key = key.map_err(map_err)?;
+            let Some(name) = key.as_str() else { continue };
+            if [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX]
+                .iter()
+                .any(|s| name.ends_with(s))
+            {
+                continue;
+            }
+            keys.push(name.to_owned());
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
