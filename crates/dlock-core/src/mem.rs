@@ -279,22 +279,6 @@ async fn expire_when_due(server: Weak<Server>, key: LockKey, id: u64) {
     }
 }
 
-/// Removes a waiter if the `acquire` that queued it is dropped.
-struct Registration<'a> {
-    server: &'a Arc<Server>,
-    key: &'a LockKey,
-    id: u64,
-    armed: bool,
-}
-
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.server.withdraw(self.key, self.id);
-        }
-    }
-}
-
 impl MemLock {
     /// A new, empty backend and a first client of it.
     pub fn new() -> Self {
@@ -488,12 +472,9 @@ impl Lock for MemLock {
                 .push_back(Waiter { id, ttl, grant: tx });
             (id, rx)
         };
-        let mut registration = Registration {
-            server: &self.server,
-            key,
-            id,
-            armed: true,
-        };
+        // The waiter goes if this call ends without its grant (a timeout,
+        // a dropped future).
+        let registration = crate::driver::OnDrop::new((), |()| self.server.withdraw(key, id));
         let grant = match opts.wait {
             Wait::For(d) => {
                 match tokio::time::timeout_at(crate::driver::saturating_add(started, d).into(), rx).await {
@@ -504,7 +485,7 @@ impl Lock for MemLock {
             Wait::Forever | Wait::No => rx.await,
         };
         let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
-        registration.armed = false;
+        registration.disarm();
         Ok(self.guard(key, id, grant, opts, ttl))
     }
 }

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use dlock_redis_protocol::Outcome;
 
 use crate::error::BACKEND;
-use crate::protocol::Conn;
+use crate::protocol::{Conn, MIN_TTL};
 
 /// The guard of a Redis grant.
 ///
@@ -129,7 +129,7 @@ impl Guard for RedisGuard {
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
-        let ttl = ttl.max(crate::MIN_TTL);
+        let ttl = ttl.max(MIN_TTL);
         let _permit = self.validity.renewal().await;
         let sent = Instant::now();
         let outcome = self.conn.extend(&self.lock_key, &self.value, ttl).await?;

@@ -83,4 +83,5 @@ pub use dlock_redis_protocol::scripts;
 pub use config::RedisConfig;
 pub use dlock_redis_protocol::redact_url;
 pub use guard::RedisGuard;
-pub use lock::{Holder, MIN_TTL, RedisLock};
+pub use lock::{Holder, RedisLock};
+pub use protocol::MIN_TTL;

@@ -16,11 +16,7 @@ use tokio::task::JoinHandle;
 use crate::config::RedisConfig;
 use crate::error::BACKEND;
 use crate::guard::{RedisGuard, release_in_background};
-use crate::protocol::Conn;
-
-/// The shortest TTL the driver honours (Redis expiries are in milliseconds;
-/// a watchdog at a third of less than this could not keep up).
-pub const MIN_TTL: Duration = Duration::from_millis(10);
+use crate::protocol::{Conn, MIN_TTL};
 
 /// The fallback poll while waiting, jittered between half and all of this,
 /// and never longer than the holder's remaining TTL.

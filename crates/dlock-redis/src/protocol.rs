@@ -19,6 +19,10 @@ use futures::StreamExt;
 use crate::config::RedisConfig;
 use crate::error::{BACKEND, map_err};
 
+/// The shortest TTL the driver honours (Redis expiries are in milliseconds;
+/// a watchdog at a third of less than this could not keep up).
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
 /// What a handle and its guards share to talk to Redis: the command and
 /// subscriber connections, the scripts, and whether the handle was
 /// abandoned (then nothing more is sent: as if the process had died).

@@ -9,7 +9,8 @@ use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal
 use dlock_redis_protocol::{Outcome, millis};
 use tokio::task::JoinHandle;
 
-use crate::lock::{BACKEND, MIN_TTL, Redlock};
+use crate::error::BACKEND;
+use crate::protocol::{Conn, MIN_TTL};
 
 /// The guard of a Redlock grant. Carries **no fencing token**
 /// ([`token`](Guard::token) is `None`).
@@ -24,7 +25,7 @@ use crate::lock::{BACKEND, MIN_TTL, Redlock};
 /// Dropping the guard releases on every node in the background.
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct RedlockGuard {
-    lock: Redlock,
+    conn: Arc<Conn>,
     key: LockKey,
     lock_key: String,
     value: String,
@@ -40,7 +41,7 @@ pub struct RedlockGuard {
 
 impl RedlockGuard {
     pub(crate) fn new(
-        lock: Redlock,
+        conn: Arc<Conn>,
         key: LockKey,
         lock_key: String,
         value: String,
@@ -48,30 +49,34 @@ impl RedlockGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, lost) = Validity::new(sent, ttl, lock.config().drift_of());
+        let (validity, lost) = Validity::new(sent, ttl, conn.config.drift_of());
         let keeper = {
-            let (l, k, v, stop) = (lock.clone(), lock_key.clone(), value.clone(), lock.clone());
+            let (c, k, v, stop) = (
+                Arc::clone(&conn),
+                lock_key.clone(),
+                value.clone(),
+                Arc::clone(&conn),
+            );
             tokio::spawn(keep(
                 Arc::clone(&validity),
                 ttl,
                 opts.auto_extend,
                 sent,
                 move || {
-                    let (l, k, v) = (l.clone(), k.clone(), v.clone());
+                    let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
                     async move {
-                        let tally = l.extend_everywhere(&k, &v, ttl).await;
-                        let quorum = l.quorum();
+                        let tally = c.extend_everywhere(&k, &v, ttl).await;
                         tally
-                            .verdict(quorum)
+                            .verdict(c.quorum())
                             .map(Outcome::refusal)
-                            .ok_or_else(|| l.no_quorum("extend", tally))
+                            .ok_or_else(|| c.no_quorum("extend", tally))
                     }
                 },
                 move || stop.is_abandoned(),
             ))
         };
         RedlockGuard {
-            lock,
+            conn,
             key,
             lock_key,
             value,
@@ -117,7 +122,7 @@ impl Guard for RedlockGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.lock.is_abandoned() && self.validity.is_valid()
+        !self.lost.is_lost() && !self.conn.is_abandoned() && self.validity.is_valid()
     }
 
     /// See [`Guard::extend`]: the extend script on every node at once; a
@@ -135,7 +140,7 @@ impl Guard for RedlockGuard {
     /// Dropping the future may leave some nodes extended; the local deadline
     /// moves only on a confirmed quorum.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        if self.lock.is_abandoned() {
+        if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
         let ttl = ttl.max(MIN_TTL);
@@ -143,12 +148,12 @@ impl Guard for RedlockGuard {
         self.longest_ttl.fetch_max(millis(ttl), Ordering::Relaxed);
         let sent = Instant::now();
         let tally = self
-            .lock
+            .conn
             .extend_everywhere(&self.lock_key, &self.value, ttl)
             .await;
         let elapsed = sent.elapsed();
-        let in_time = ttl > elapsed + self.lock.config().drift(ttl);
-        match tally.verdict(self.lock.quorum()) {
+        let in_time = ttl > elapsed + self.conn.config.drift(ttl);
+        match tally.verdict(self.conn.quorum()) {
             Some(Outcome::Done) if in_time => {
                 self.validity.renewed(sent, ttl);
                 Ok(())
@@ -163,7 +168,7 @@ impl Guard for RedlockGuard {
                 self.validity.fire_lost();
                 refused.into_result(&self.key)
             }
-            None => Err(self.lock.no_quorum("extend", tally)),
+            None => Err(self.conn.no_quorum("extend", tally)),
         }
     }
 
@@ -183,19 +188,23 @@ impl Guard for RedlockGuard {
     async fn release(mut self) -> Result<()> {
         self.keeper.abort();
         self.released = true;
-        if self.lock.is_abandoned() {
+        if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
-        let tally = self.lock.release_everywhere(&self.lock_key, &self.value).await;
+        let tally = self.conn.release_everywhere(&self.lock_key, &self.value).await;
         self.validity.fire_lost();
         if tally.unanswered() > 0 {
             // Those nodes are asked again in the background.
-            self.lock
-                .release_in_background(self.lock_key.clone(), self.value.clone(), self.release_until());
+            release_in_background(
+                &self.conn,
+                self.lock_key.clone(),
+                self.value.clone(),
+                self.release_until(),
+            );
         }
-        match tally.verdict(self.lock.quorum()) {
+        match tally.verdict(self.conn.quorum()) {
             Some(outcome) => outcome.into_result(&self.key),
-            None => Err(self.lock.no_quorum("release", tally)),
+            None => Err(self.conn.no_quorum("release", tally)),
         }
     }
 }
@@ -205,11 +214,39 @@ impl Drop for RedlockGuard {
         self.keeper.abort();
         if !self.released {
             let until = self.release_until();
-            self.lock.release_in_background(
+            release_in_background(
+                &self.conn,
                 std::mem::take(&mut self.lock_key),
                 std::mem::take(&mut self.value),
                 until,
             );
         }
     }
+}
+
+/// Releases on every node in the background (drops, failed releases,
+/// attempts without a verdict), again while some node did not answer,
+/// until `until` (past it the key has expired everywhere by its TTL).
+pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: String, value: String, until: Instant) {
+    if conn.is_abandoned() {
+        return;
+    }
+    let (conn, gone) = (Arc::clone(conn), Arc::clone(conn));
+    dlock_core::driver::clean_up_in_background(
+        format!("redlock: release {lock_key}"),
+        Some(until),
+        move || gone.is_abandoned(),
+        move || {
+            let (conn, lock_key, value) = (Arc::clone(&conn), lock_key.clone(), value.clone());
+            async move {
+                match conn.release_everywhere(&lock_key, &value).await.unanswered() {
+                    0 => Ok(()),
+                    n => Err(Error::unavailable(
+                        BACKEND,
+                        format!("{n} node(s) did not answer the release"),
+                    )),
+                }
+            }
+        },
+    );
 }

@@ -73,11 +73,14 @@
 #![deny(missing_docs)]
 
 mod config;
+mod error;
 mod guard;
 mod lock;
+mod protocol;
 mod quorum;
 
 pub use config::RedlockConfig;
 pub use guard::RedlockGuard;
-pub use lock::{MIN_TTL, Redlock};
+pub use lock::Redlock;
+pub use protocol::MIN_TTL;
 pub use quorum::{NodeFailure, QuorumError};

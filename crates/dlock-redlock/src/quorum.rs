@@ -72,7 +72,7 @@ impl std::error::Error for QuorumError {}
 
 /// Classifies a fred error for one node.
 pub(crate) fn node_failure(e: &fred::error::Error) -> NodeFailure {
-    match dlock_redis_protocol::map_err(crate::lock::BACKEND, e.clone()) {
+    match crate::error::map_err(e.clone()) {
         dlock_core::Error::Unavailable { .. } => NodeFailure::Unreachable(e.details().to_owned()),
         _ => NodeFailure::Error(e.details().to_owned()),
     }
