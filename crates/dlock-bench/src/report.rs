@@ -235,7 +235,7 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
     let _ = writeln!(
         w,
         "\n## 5. Redlock fan-out\n\nAcquire latency (release not counted) with the five nodes behind fault proxies: all healthy; node 0 delayed {:?} per round trip; node 0 blackholed (per-node timeout {:?}). Targets: delayed ≈ {:?} + healthy; blackholed ≤ the per-node timeout + healthy.\n",
-        f.delay, f.node_timeout, f.delay
+        f.delay, f.request_timeout, f.delay
     );
     let _ = writeln!(w, "| case | p50 | p99 | p50 − healthy p50 | target |");
     let _ = writeln!(w, "|---|---|---|---|---|");
@@ -263,7 +263,7 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
         show(f.blackholed.p50()),
         show(f.blackholed.p99()),
         show(extra),
-        verdict(f.blackholed.p50() <= f.node_timeout + base)
+        verdict(f.blackholed.p50() <= f.request_timeout + base)
     );
 
     let _ = writeln!(
@@ -518,7 +518,7 @@ mod tests {
             size: Size::new(true),
             backends: vec![backend("redis", 110, 100, 400), backend("zk", 300, 100, 3000)],
             fan_out: FanOut {
-                node_timeout: Duration::from_millis(50),
+                request_timeout: Duration::from_millis(50),
                 delay: Duration::from_millis(5),
                 healthy: lat(800),
                 delayed: lat(900),

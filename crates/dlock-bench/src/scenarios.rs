@@ -244,7 +244,7 @@ pub(crate) async fn many_keys(b: &Backend, tasks: usize, duration: Duration) -> 
 /// Scenario 5: Redlock's acquire latency with the nodes behind fault
 /// proxies: all healthy, one delayed, one blackholed.
 pub(crate) struct FanOut {
-    pub(crate) node_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     pub(crate) delay: Duration,
     pub(crate) healthy: Lat,
     pub(crate) delayed: Lat,
@@ -262,7 +262,7 @@ pub(crate) async fn fan_out(node_urls: &[String], iterations: usize) -> Result<F
         proxies.push(FaultProxy::start(addr).await.map_err(|e| e.to_string())?);
     }
     let config = dlock_redlock::RedlockConfig::new(proxies.iter().map(|p| format!("redis://{}", p.addr())));
-    let node_timeout = config.node_timeout;
+    let request_timeout = config.request_timeout;
     let client = dlock_redlock::Redlock::connect(config)
         .await
         .map_err(|e| format!("redlock: {e}"))?;
@@ -291,7 +291,7 @@ pub(crate) async fn fan_out(node_urls: &[String], iterations: usize) -> Result<F
     let blackholed = run(Fault::Blackhole, iterations / 3 + 1).await?;
     proxies[0].set(Fault::None);
     Ok(FanOut {
-        node_timeout,
+        request_timeout,
         delay,
         healthy,
         delayed,

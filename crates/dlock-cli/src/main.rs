@@ -149,7 +149,7 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-fn describe(h: &dlock::HolderInfo) -> String {
+fn describe(h: &dlock::Holder) -> String {
     let mut s = format!("{} ({})", printable(&h.id), printable(&h.detail));
     if let Some(t) = h.token {
         s.push_str(&format!(", token {t}"));
@@ -227,6 +227,23 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
     }
 }
 
+/// `--ttl`: more than zero, at most [`dlock::MAX_TTL`] (longer is almost
+/// certainly a unit mistake, and would keep a crashed holder's lock that
+/// long).
+fn check_ttl(ttl: Duration) -> Result<Duration, String> {
+    if ttl.is_zero() {
+        return Err("--ttl: a TTL must be greater than zero".to_owned());
+    }
+    if ttl > dlock::MAX_TTL {
+        return Err(format!(
+            "--ttl: a TTL of {} is more than the {} allowed",
+            humantime::format_duration(ttl),
+            humantime::format_duration(dlock::MAX_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
 async fn run(
     config: &Config,
     key: &str,
@@ -239,7 +256,7 @@ async fn run(
         Ok(k) => k,
         Err(e) => return fail(exit::USAGE, e),
     };
-    let ttl = match dlock::check_ttl("--ttl", ttl) {
+    let ttl = match check_ttl(ttl) {
         Ok(t) => t,
         Err(e) => return fail(exit::USAGE, e),
     };

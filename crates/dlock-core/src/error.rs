@@ -52,14 +52,6 @@ pub enum Error {
     /// A configuration value or URL was refused.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// The backend does not offer this operation.
-    #[error("unsupported by {backend}: {what}")]
-    Unsupported {
-        /// The backend's short name (`"mem"`, `"redis"`, ...).
-        backend: &'static str,
-        /// What was asked for.
-        what: String,
-    },
     /// The backend could not be reached, or has no quorum.
     #[error("{backend} unavailable: {source}")]
     Unavailable {

@@ -17,7 +17,7 @@
 //! "Backend" and "client" are separated as they are for network drivers:
 //! [`MemLock::new`] makes a backend and a first client; [`MemLock::client`]
 //! makes another, independent client of the same backend (standing in for
-//! another process); [`MemLock::crash`] makes one client vanish without
+//! another process); [`MemLock::abandon`] makes one client vanish without
 //! releasing anything, as a killed process would.
 
 use std::collections::{HashMap, VecDeque};
@@ -289,7 +289,7 @@ impl MemLock {
     }
 
     /// Another independent client of the same backend: it shares the locks,
-    /// not the identity (a [`crash`](Self::crash) of one leaves the other
+    /// not the identity (a [`abandon`](Self::abandon) of one leaves the other
     /// working).
     pub fn client(&self) -> Self {
         MemLock {
@@ -302,7 +302,11 @@ impl MemLock {
     /// watchdogs stop renewing, its guards' `Drop` releases nothing, and its
     /// later calls fail with [`Error::Unavailable`]. Its locks stay held until
     /// their TTL runs out. Other clients are unaffected.
-    pub fn crash(&self) {
+    ///
+    /// # Cancel safety
+    ///
+    /// Done at once (nothing is awaited).
+    pub async fn abandon(&self) {
         self.client.crashed.store(true, Ordering::SeqCst);
     }
 
@@ -434,7 +438,7 @@ impl Lock for MemLock {
     /// # Errors
     ///
     /// [`Error::Timeout`] when the wait runs out; [`Error::Unavailable`]
-    /// after [`MemLock::crash`].
+    /// after [`MemLock::abandon`].
     ///
     /// # Cancel safety
     ///
@@ -491,7 +495,7 @@ impl Lock for MemLock {
 }
 
 /// The guard of a [`MemLock`] grant. Dropping it releases the lock at once
-/// (unless its client [crashed](MemLock::crash)).
+/// (unless its client [crashed](MemLock::abandon)).
 #[must_use = "dropping the guard releases the lock"]
 pub struct MemGuard {
     lock: MemLock,
@@ -653,7 +657,7 @@ mod tests {
         let k = key("k");
         let opts = AcquireOptions::default().ttl(Duration::from_millis(60));
         let g = lock.acquire(&k, opts).await.unwrap();
-        lock.crash();
+        lock.abandon().await;
         drop(g);
         let other = lock.client();
         assert!(other.try_acquire(&k, opts).await.unwrap().is_none());

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// let config: EtcdConfig = serde_json::from_str(r#"{
 ///     "endpoints": ["http://10.0.0.1:2379", "10.0.0.2:2379"],
-///     "user": "app", "password": "s3cret", "dial_timeout": "2s"
+///     "user": "app", "password": "s3cret", "connect_timeout": "2s"
 /// }"#).unwrap();
 /// assert!(!format!("{config:?}").contains("s3cret"));
 /// config.validate().unwrap();
@@ -40,7 +40,7 @@ pub struct EtcdConfig {
     pub key_prefix: String,
     /// How long to try to reach a member (default 5 s).
     #[serde(with = "humantime_serde")]
-    pub dial_timeout: Duration,
+    pub connect_timeout: Duration,
     /// How long one request may take (default 5 s).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
@@ -55,7 +55,7 @@ impl Default for EtcdConfig {
             tls: false,
             ca_file: None,
             key_prefix: "dlock/".to_owned(),
-            dial_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
         }
     }
@@ -79,8 +79,8 @@ impl EtcdConfig {
 
     /// Sets both timeouts.
     #[must_use]
-    pub fn timeouts(mut self, dial: Duration, request: Duration) -> Self {
-        self.dial_timeout = dial;
+    pub fn timeouts(mut self, connect: Duration, request: Duration) -> Self {
+        self.connect_timeout = connect;
         self.request_timeout = request;
         self
     }
@@ -119,7 +119,7 @@ impl EtcdConfig {
         if self.password.is_some() && self.user.is_none() {
             return Err(Error::InvalidConfig("etcd: a password without a user".to_owned()));
         }
-        if self.dial_timeout.is_zero() || self.request_timeout.is_zero() {
+        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "etcd timeouts must be greater than zero".to_owned(),
             ));
@@ -142,7 +142,7 @@ impl fmt::Debug for EtcdConfig {
             .field("tls", &self.tls)
             .field("ca_file", &self.ca_file)
             .field("key_prefix", &self.key_prefix)
-            .field("dial_timeout", &self.dial_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
     }

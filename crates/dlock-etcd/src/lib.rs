@@ -54,5 +54,5 @@ mod session;
 
 pub use config::EtcdConfig;
 pub use guard::EtcdGuard;
-pub use lock::{EtcdHolder, EtcdLock};
+pub use lock::{EtcdLock, Holder};
 pub use session::MIN_TTL;

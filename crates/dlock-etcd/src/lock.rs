@@ -67,7 +67,7 @@ pub(crate) struct Inner {
 
 /// Who holds a lock, for operators: see [`EtcdLock::holder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdHolder {
+pub struct Holder {
     /// The holder's key (`{prefix}{name}/{lease:x}-{n:x}`, the lease in hex and a per-acquire number).
     pub key: String,
     /// The lease the key is attached to.
@@ -86,7 +86,7 @@ impl EtcdLock {
     ///
     /// - [`Error::InvalidConfig`] as [`EtcdConfig::validate`], or an unreadable
     ///   CA file, or refused credentials;
-    /// - [`Error::Unavailable`] if no endpoint answers within `dial_timeout`.
+    /// - [`Error::Unavailable`] if no endpoint answers within `connect_timeout`.
     ///
     /// # Cancel safety
     ///
@@ -94,7 +94,7 @@ impl EtcdLock {
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(config.dial_timeout)
+            .with_connect_timeout(config.connect_timeout)
             .with_timeout(config.request_timeout)
             // HTTP/2 pings no more often than etcd's default
             // `--grpc-keepalive-min-time` (5 s) allows, and only while
@@ -133,7 +133,8 @@ impl EtcdLock {
             })
             .collect();
         let client =
-            match tokio::time::timeout(config.dial_timeout, Client::connect(&endpoints, Some(options))).await
+            match tokio::time::timeout(config.connect_timeout, Client::connect(&endpoints, Some(options)))
+                .await
             {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
@@ -150,13 +151,13 @@ impl EtcdLock {
                         BACKEND,
                         format!(
                             "no etcd endpoint of {endpoints:?} answered within {:?}",
-                            config.dial_timeout
+                            config.connect_timeout
                         ),
                     ));
                 }
             };
         // Prove the cluster answers (connect is lazy for some transports).
-        protocol::probe(&client, config.dial_timeout).await?;
+        protocol::probe(&client, config.connect_timeout).await?;
         Ok(EtcdLock {
             inner: Arc::new(Inner {
                 conn: Arc::new(Conn {
@@ -193,14 +194,14 @@ impl EtcdLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<EtcdHolder>> {
+    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
         let kv = protocol::holder(
             &self.inner.conn.client,
             &self.lock_prefix(key),
             self.inner.config.request_timeout,
         )
         .await?;
-        Ok(kv.map(|kv| EtcdHolder {
+        Ok(kv.map(|kv| Holder {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             lease: kv.lease(),
             create_revision: kv.create_revision(),
@@ -217,7 +218,7 @@ impl EtcdLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn contender_keys(&self, namespace: &str) -> Result<Vec<String>> {
+    pub async fn keys_in_use(&self, namespace: &str) -> Result<Vec<String>> {
         let prefix = format!("{}{namespace}", self.inner.config.key_prefix);
         protocol::keys_under(
             &self.inner.conn.client,
@@ -230,7 +231,11 @@ impl EtcdLock {
     /// Drops everything without releasing: sessions stop keeping their leases
     /// alive and revoke nothing, guards' drops delete nothing; etcd frees the
     /// locks when the leases expire. As if this process had died.
-    pub fn abandon(&self) {
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once.
+    pub async fn abandon(&self) {
         self.inner.conn.abandoned.store(true, Ordering::SeqCst);
         self.inner
             .sessions

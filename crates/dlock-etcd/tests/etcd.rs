@@ -156,11 +156,11 @@ async fn a_waiter_whose_key_vanished_is_not_granted() {
     };
     let ns = pfx.strip_prefix("dlock/").unwrap().to_owned();
     until("the waiter's key", async || {
-        a.contender_keys(&ns).await.unwrap().len() == 2
+        a.keys_in_use(&ns).await.unwrap().len() == 2
     })
     .await;
     let theirs: Vec<String> = a
-        .contender_keys(&ns)
+        .keys_in_use(&ns)
         .await
         .unwrap()
         .into_iter()
@@ -285,7 +285,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         })
     };
     until("the waiter to queue", async || {
-        other.contender_keys(k.as_str()).await.unwrap().len() == 2
+        other.keys_in_use(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // The waiter's network goes silent before its wait runs out: its delete
@@ -307,7 +307,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         .unwrap();
     g.release().await.unwrap();
     until("nothing left behind", async || {
-        other.contender_keys(k.as_str()).await.unwrap().is_empty()
+        other.keys_in_use(k.as_str()).await.unwrap().is_empty()
     })
     .await;
     drop(waiter);
@@ -414,7 +414,7 @@ async fn a_wait_longer_than_the_ttl_is_granted_the_whole_ttl() {
         })
     };
     until("the waiter to queue", async || {
-        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // Held past the waiter's TTL (and etcd's lease granularity).
@@ -475,11 +475,11 @@ async fn a_waiter_whose_lease_ends_is_told_at_its_next_keep_alive() {
         tokio::spawn(async move { b.acquire(&k, opts).await })
     };
     until("the waiter to queue", async || {
-        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // The waiter's key is `{prefix}{name}/{lease:x}-{n}`: revoke that lease.
-    let keys = a.contender_keys(k.as_str()).await.unwrap();
+    let keys = a.keys_in_use(k.as_str()).await.unwrap();
     let theirs = keys
         .iter()
         .find(|key| !key.ends_with(g.etcd_key().rsplit('/').next().unwrap()))
@@ -541,7 +541,7 @@ async fn streams_survive_idle_connections() {
         tokio::spawn(async move { b.acquire(&k, opts).await })
     };
     until("the waiter to queue", async || {
-        a.contender_keys(k.as_str()).await.unwrap().len() == 2
+        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // One keep-alive stream per session, and the waiter's watch (opened

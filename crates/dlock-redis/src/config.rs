@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 /// use dlock_redis::RedisConfig;
 ///
 /// let config: RedisConfig = serde_json::from_str(
-///     r#"{ "url": "redis://app:s3cret@127.0.0.1:6379/2", "key_prefix": "locks:", "command_timeout": "2s" }"#,
+///     r#"{ "url": "redis://app:s3cret@127.0.0.1:6379/2", "key_prefix": "locks:", "request_timeout": "2s" }"#,
 /// ).unwrap();
 /// assert!(!format!("{config:?}").contains("s3cret"));
-/// assert_eq!(config.command_timeout, std::time::Duration::from_secs(2));
+/// assert_eq!(config.request_timeout, std::time::Duration::from_secs(2));
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,7 +36,7 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// How long one command may take (default 2 s).
     #[serde(with = "humantime_serde")]
-    pub command_timeout: Duration,
+    pub request_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -45,7 +45,7 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379".to_owned(),
             key_prefix: "dlock:".to_owned(),
             connect_timeout: Duration::from_secs(5),
-            command_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -68,9 +68,9 @@ impl RedisConfig {
 
     /// Sets both timeouts.
     #[must_use]
-    pub fn timeouts(mut self, connect: Duration, command: Duration) -> Self {
+    pub fn timeouts(mut self, connect: Duration, request: Duration) -> Self {
         self.connect_timeout = connect;
-        self.command_timeout = command;
+        self.request_timeout = request;
         self
     }
 
@@ -85,7 +85,7 @@ impl RedisConfig {
                 redact_url(&self.url)
             )));
         }
-        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
+        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "redis timeouts must be greater than zero".to_owned(),
             ));
@@ -106,7 +106,7 @@ impl fmt::Debug for RedisConfig {
             .field("url", &redact_url(&self.url))
             .field("key_prefix", &self.key_prefix)
             .field("connect_timeout", &self.connect_timeout)
-            .field("command_timeout", &self.command_timeout)
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }

@@ -40,7 +40,7 @@
 //!   subscription per waited-on key). The release script publishes the id
 //!   of the longest-queued waiter still within its window (seen in the last
 //!   two of its rounds, at least a second: `2 x (150 ms + 2 x
-//!   command_timeout)`), so a release wakes **one** waiter, not all (no
+//!   request_timeout)`), so a release wakes **one** waiter, not all (no
 //!   herd); `*` (everyone) when nobody waits. Waiters past their window
 //!   (crashed, cancelled) are dropped from the queue by the others'
 //!   attempts, wherever they are in it. Waiters also poll with jitter, never longer than the holder's

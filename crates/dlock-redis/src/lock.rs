@@ -27,8 +27,8 @@ const POLL: Duration = Duration::from_millis(150);
 /// and two of its rounds (a poll and an attempt, which a busy server or
 /// client may take the whole command timeout for; the gap between two
 /// attempts' arrival is at most a poll and two of those).
-fn waiter_window(command_timeout: Duration) -> u64 {
-    let round = POLL.saturating_add(command_timeout.saturating_mul(2));
+fn waiter_window(request_timeout: Duration) -> u64 {
+    let round = POLL.saturating_add(request_timeout.saturating_mul(2));
     dlock_redis_protocol::millis(round.saturating_mul(2)).max(1000)
 }
 
@@ -119,7 +119,7 @@ impl RedisLock {
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         let conn = Arc::new(Conn::connect(&config).await?);
         let resubscribe = conn.subscriber.manage_subscriptions();
-        let (waiters, dispatchers) = Waiters::start(vec![conn.subscriber.clone()], config.command_timeout);
+        let (waiters, dispatchers) = Waiters::start(vec![conn.subscriber.clone()], config.request_timeout);
         Ok(RedisLock {
             inner: Arc::new(Inner {
                 config,
@@ -190,7 +190,7 @@ impl RedisLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn held_keys(&self, prefix: &str) -> Result<Vec<String>> {
+    pub async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
         let full = format!("{}{prefix}", self.inner.config.key_prefix);
         let keys = self
             .inner
@@ -251,7 +251,7 @@ impl RedisLock {
             );
         });
         let sent = Instant::now();
-        let window = waiter_window(self.inner.config.command_timeout);
+        let window = waiter_window(self.inner.config.request_timeout);
         let found = self
             .inner
             .conn

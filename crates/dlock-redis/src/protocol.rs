@@ -62,13 +62,13 @@ impl Conn {
         builder
             .with_connection_config(|c| {
                 c.connection_timeout = config.connect_timeout;
-                c.internal_command_timeout = config.command_timeout;
+                c.internal_command_timeout = config.request_timeout;
                 // A command is sent once: a silent resend after a reconnect
                 // could take a lock nobody is waiting for any more.
                 c.max_command_attempts = 1;
             })
             .with_performance_config(|p| {
-                p.default_command_timeout = config.command_timeout;
+                p.default_command_timeout = config.request_timeout;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
         let client = builder.build().map_err(map_err)?;

@@ -201,9 +201,9 @@ async fn holder_names_this_process_and_the_token() {
     assert!(h.remaining.unwrap() <= Duration::from_secs(20));
     assert_eq!(h.fence_counter, g.token().map(|t| t.get()));
     assert!(h.since().is_some());
-    assert_eq!(lock.held_keys("").await.unwrap(), vec!["who".to_owned()]);
+    assert_eq!(lock.keys_in_use("").await.unwrap(), vec!["who".to_owned()]);
     g.release().await.unwrap();
-    assert!(lock.held_keys("").await.unwrap().is_empty());
+    assert!(lock.keys_in_use("").await.unwrap().is_empty());
 }
 
 /// One command connection and one subscriber connection per `RedisLock`,

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// let config: RedlockConfig = serde_json::from_str(r#"{
 ///     "nodes": ["redis://:pw@10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"],
-///     "node_timeout": "50ms"
+///     "request_timeout": "50ms"
 /// }"#).unwrap();
 /// assert_eq!(config.quorum(), 2);
 /// assert!(!format!("{config:?}").contains(":pw@"));
@@ -28,7 +28,7 @@ pub struct RedlockConfig {
     /// The bound on each request to each node (default 50 ms): a hung node
     /// costs at most this, never the whole attempt.
     #[serde(with = "humantime_serde")]
-    pub node_timeout: Duration,
+    pub request_timeout: Duration,
     /// Retries after a failed attempt wait a random time between half of this
     /// and all of it (default 100 ms), or until a release notice.
     #[serde(with = "humantime_serde")]
@@ -47,7 +47,7 @@ impl Default for RedlockConfig {
     fn default() -> Self {
         RedlockConfig {
             nodes: Vec::new(),
-            node_timeout: Duration::from_millis(50),
+            request_timeout: Duration::from_millis(50),
             retry_jitter: Duration::from_millis(100),
             drift_factor: 0.01,
             key_prefix: "dlock:".to_owned(),
@@ -113,7 +113,7 @@ impl RedlockConfig {
                 ))
             })?;
         }
-        if self.node_timeout.is_zero() || self.connect_timeout.is_zero() {
+        if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "redlock timeouts must be greater than zero".to_owned(),
             ));
@@ -137,7 +137,7 @@ impl fmt::Debug for RedlockConfig {
             .collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)
-            .field("node_timeout", &self.node_timeout)
+            .field("request_timeout", &self.request_timeout)
             .field("retry_jitter", &self.retry_jitter)
             .field("drift_factor", &self.drift_factor)
             .field("key_prefix", &self.key_prefix)
@@ -177,7 +177,7 @@ mod tests {
         c.nodes[1] = "http://x:1".into();
         assert!(matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.contains("http://x:1")));
         let mut c = RedlockConfig::new(nodes(3));
-        c.node_timeout = Duration::ZERO;
+        c.request_timeout = Duration::ZERO;
         assert!(c.validate().is_err());
         let mut c = RedlockConfig::new(nodes(3));
         c.drift_factor = 0.7;

@@ -40,7 +40,7 @@
 //!
 //! - The acquire script (`SET key value NX PX ttl`, from
 //!   [`dlock_redis_protocol::scripts`]) goes to every node **at once**, each
-//!   request bounded by `node_timeout` (default 50 ms): one hung node costs at
+//!   request bounded by `request_timeout` (default 50 ms): one hung node costs at
 //!   most that, and nothing once a quorum has said yes (the grant is decided
 //!   then; the slower nodes' replies are not awaited, and a later release
 //!   reaches them after the acquire on the same connection).
@@ -55,7 +55,7 @@
 //!   release names the first live waiter of its node, so one waiter retries
 //!   per release, not all. A waiter counts as gone (skipped, and dropped
 //!   by the others' attempts) when not seen for four of its rounds
-//!   (`retry_jitter + node_timeout` each), at least a second.
+//!   (`retry_jitter + request_timeout` each), at least a second.
 //! - Extend needs a quorum too; a failed extend fires `lost()` and does not
 //!   release the other nodes' keys. Release is compare-value on every node.
 //! - No quorum is [`Error::Unavailable`](dlock_core::Error::Unavailable)

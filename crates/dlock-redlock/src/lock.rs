@@ -34,7 +34,7 @@ fn waiter_window(config: &RedlockConfig) -> u64 {
     millis(
         config
             .retry_jitter
-            .saturating_add(config.node_timeout.saturating_mul(2))
+            .saturating_add(config.request_timeout.saturating_mul(2))
             .saturating_mul(4),
     )
     .max(1000)
@@ -105,7 +105,7 @@ impl Redlock {
         let results = conn.wait_connected(started).await;
         let got = results.iter().filter(|r| r.is_ok()).count();
         let quorum = conn.quorum();
-        let (waiters, dispatchers) = Waiters::start(conn.subscribers(), conn.config.node_timeout);
+        let (waiters, dispatchers) = Waiters::start(conn.subscribers(), conn.config.request_timeout);
         if got < quorum {
             let failures = conn
                 .names
@@ -169,7 +169,7 @@ impl Redlock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn held_keys(&self, prefix: &str) -> Result<Vec<String>> {
+    pub async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
         let key_prefix = &self.config().key_prefix;
         let keys = self
             .inner
@@ -426,9 +426,9 @@ mod tests {
     fn a_waiter_window_covers_four_rounds_and_never_overflows() {
         let mut c = RedlockConfig::new(["redis://127.0.0.1:1"]);
         assert_eq!(waiter_window(&c), 1000);
-        c.node_timeout = Duration::from_millis(500);
+        c.request_timeout = Duration::from_millis(500);
         assert_eq!(waiter_window(&c), 4 * (100 + 1000));
-        c.node_timeout = Duration::MAX;
+        c.request_timeout = Duration::MAX;
         assert_eq!(
             u128::from(waiter_window(&c)),
             dlock_core::driver::FAR_FUTURE.as_millis()

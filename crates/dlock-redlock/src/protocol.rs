@@ -74,7 +74,7 @@ impl Conn {
                     c.max_command_attempts = 1;
                 })
                 .with_performance_config(|p| {
-                    p.default_command_timeout = config.node_timeout.max(Duration::from_millis(1))
+                    p.default_command_timeout = config.request_timeout.max(Duration::from_millis(1))
                 })
                 // Independent nodes: come back quickly after a restart.
                 .set_policy(ReconnectPolicy::new_exponential(0, 20, 500, 2));
@@ -148,7 +148,7 @@ impl Conn {
     ) -> Vec<Option<std::result::Result<Unfenced, NodeFailure>>> {
         fan_out_until(
             self.nodes.len(),
-            self.config.node_timeout,
+            self.config.request_timeout,
             |i| {
                 self.scripts
                     .acquire_unfenced(&self.nodes[i].client, lock_key, value, ttl, waiter)
@@ -161,7 +161,7 @@ impl Conn {
 
     /// The release script on every node at once.
     pub(crate) async fn release_everywhere(&self, lock_key: &str, value: &str) -> Tally {
-        let replies = fan_out(self.nodes.len(), self.config.node_timeout, |i| async move {
+        let replies = fan_out(self.nodes.len(), self.config.request_timeout, |i| async move {
             let reply = self
                 .scripts
                 .release(&self.nodes[i].client, lock_key, value)
@@ -174,7 +174,7 @@ impl Conn {
 
     /// The extend script on every node at once.
     pub(crate) async fn extend_everywhere(&self, lock_key: &str, value: &str, ttl: Duration) -> Tally {
-        let replies = fan_out(self.nodes.len(), self.config.node_timeout, |i| async move {
+        let replies = fan_out(self.nodes.len(), self.config.request_timeout, |i| async move {
             let reply = self
                 .scripts
                 .extend(&self.nodes[i].client, lock_key, value, ttl)
@@ -263,7 +263,7 @@ impl Conn {
     /// or a short grace once a quorum is up.
     pub(crate) async fn wait_connected(&self, started: Instant) -> Vec<std::result::Result<(), NodeFailure>> {
         let quorum = self.quorum();
-        let grace = self.config.node_timeout.saturating_mul(4);
+        let grace = self.config.request_timeout.saturating_mul(4);
         let mut quorum_at: Option<Instant> = None;
         loop {
             let up = self.up();

@@ -183,7 +183,7 @@ async fn partial_grants_are_given_back() {
 async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeout() {
     let nodes = Nodes::start().await;
     let config = nodes.config();
-    let node_timeout = config.node_timeout;
+    let request_timeout = config.request_timeout;
     let lock = Redlock::connect(config).await.unwrap();
     let k = key("blackhole");
     lock.acquire(&k, AcquireOptions::default())
@@ -201,7 +201,7 @@ async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeo
         .unwrap();
     let took = started.elapsed();
     assert!(
-        took < node_timeout,
+        took < request_timeout,
         "the grant waited for the silent node: {took:?}"
     );
     // A release goes to every node: bounded by the node timeout.
@@ -209,10 +209,10 @@ async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeo
     g.release().await.unwrap();
     let took = started.elapsed();
     assert!(
-        took >= node_timeout,
+        took >= request_timeout,
         "the release skipped the silent node ({took:?})"
     );
-    assert!(took < node_timeout + Duration::from_millis(500), "{took:?}");
+    assert!(took < request_timeout + Duration::from_millis(500), "{took:?}");
     // With three silent nodes no quorum can answer: the acquire gives up
     // after the node timeout, not later.
     nodes.proxies[2].set(Fault::Blackhole);
@@ -231,11 +231,11 @@ async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeo
         "the 2 grants were not given back"
     );
     assert!(
-        took >= node_timeout,
+        took >= request_timeout,
         "did not wait for the silent nodes at all ({took:?})"
     );
     assert!(
-        took < node_timeout * 2 + Duration::from_millis(500),
+        took < request_timeout * 2 + Duration::from_millis(500),
         "silent nodes stalled the acquire: {took:?}"
     );
 }
@@ -286,7 +286,7 @@ async fn requests_fan_out_in_parallel() {
 async fn a_grant_whose_validity_is_used_up_is_refused_and_released() {
     let nodes = Nodes::start().await;
     let mut config = nodes.config();
-    config.node_timeout = Duration::from_secs(2);
+    config.request_timeout = Duration::from_secs(2);
     let lock = Redlock::connect(config).await.unwrap();
     let k = key("too-slow");
     let rk = lock.redis_key(&k);
@@ -328,7 +328,7 @@ async fn a_release_names_the_first_queued_waiter_on_every_node() {
     // busy machine keeps (with the default 50 ms, attempts skipped on a
     // starved client are not even sent).
     let mut config = nodes.config();
-    config.node_timeout = Duration::from_millis(500);
+    config.request_timeout = Duration::from_millis(500);
     let holder = Redlock::connect(config.clone()).await.unwrap();
     let k = key("queue");
     let lock_key = holder.redis_key(&k);

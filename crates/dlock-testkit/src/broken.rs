@@ -407,7 +407,7 @@ impl LockFactory for NaiveFactory {
         Ok(self.backend.client())
     }
 
-    async fn crash(&self, client: &NaiveLock) {
+    async fn abandon(&self, client: &NaiveLock) {
         client.crashed.store(true, Ordering::SeqCst);
     }
 

@@ -29,7 +29,7 @@ pub trait LockFactory: Send + Sync + 'static {
     /// would: its watchdogs stop, its guards' drops release nothing, its
     /// connections and sessions go silent. Its locks must then be freed by
     /// the backend's TTL.
-    fn crash(&self, client: &Self::Lock) -> impl Future<Output = ()> + Send;
+    fn abandon(&self, client: &Self::Lock) -> impl Future<Output = ()> + Send;
 
     /// The keys starting with `namespace` that the backend still holds or has
     /// waiters for (lock keys, nodes, waiter keys...), as readable strings.
@@ -77,8 +77,8 @@ impl LockFactory for MemFactory {
         Ok(self.backend.client())
     }
 
-    async fn crash(&self, client: &MemLock) {
-        client.crash();
+    async fn abandon(&self, client: &MemLock) {
+        client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -29,13 +29,16 @@ impl LockFactory for AnyFactory {
         Ok(any)
     }
 
-    async fn crash(&self, client: &AnyLock) {
-        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        let (_, mem) = clients
-            .iter()
-            .find(|(any, _)| any.same_handle(client))
-            .expect("a client of this factory");
-        mem.crash();
+    async fn abandon(&self, client: &AnyLock) {
+        let mem = {
+            let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+            let (_, mem) = clients
+                .iter()
+                .find(|(any, _)| any.same_handle(client))
+                .expect("a client of this factory");
+            mem.clone()
+        };
+        mem.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -58,7 +58,7 @@ async fn residue_names_what_is_left_and_when_it_is_gone() {
     assert_eq!(left.left, left.at_drain, "{left}");
     assert!(left.to_string().contains("1 still left"), "{left}");
     // A lock given up by TTL is residue until the TTL runs out.
-    factory.crash(&lock).await;
+    factory.abandon(&lock).await;
     drop(guard);
     let short = factory.client().await.unwrap();
     let g = short
@@ -70,7 +70,7 @@ async fn residue_names_what_is_left_and_when_it_is_gone() {
         )
         .await
         .unwrap();
-    factory.crash(&short).await;
+    factory.abandon(&short).await;
     drop(g);
     let gone = residue(&factory, "residue/ttl", Duration::from_secs(10)).await;
     assert_eq!(gone.at_drain.len(), 1, "{gone:?}");

@@ -47,5 +47,4 @@ mod session;
 
 pub use config::{ZkAcl, ZkConfig};
 pub use guard::ZkGuard;
-pub use lock::{ZkHolder, ZkLock};
-pub use protocol::LOCK_NAME;
+pub use lock::{Holder, ZkLock};

@@ -64,7 +64,7 @@ pub(crate) struct Inner {
 
 /// Who holds a lock, for operators: see [`ZkLock::holder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkHolder {
+pub struct Holder {
     /// The holder's node (full path).
     pub node: String,
     /// Its data: `host pid unix-ms` when dlock wrote it.
@@ -168,11 +168,11 @@ impl ZkLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<ZkHolder>> {
+    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
         let dir = self.lock_path(key)?;
         let client = self.session().await?.client()?;
         let found = protocol::holder(&client, &dir, self.inner.config.request_timeout).await?;
-        Ok(found.map(|(name, data, stat)| ZkHolder {
+        Ok(found.map(|(name, data, stat)| Holder {
             node: format!("{dir}/{name}"),
             data: String::from_utf8_lossy(&data).into_owned(),
             czxid: stat.czxid,
@@ -191,7 +191,7 @@ impl ZkLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn lock_nodes(&self, namespace: &str) -> Result<Vec<String>> {
+    pub async fn keys_in_use(&self, namespace: &str) -> Result<Vec<String>> {
         let client = self.session().await?.client()?;
         let timeout = self.inner.config.request_timeout;
         let start = format!("{}/{}", self.inner.config.root, namespace.trim_end_matches('/'));
@@ -201,11 +201,15 @@ impl ZkLock {
     /// Drops the connection without closing the session or deleting
     /// anything, as if this process had died: the server deletes this
     /// handle's nodes when the session times out.
-    pub fn abandon(&self) {
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once; the session's connection is
+    /// dropped once a session being opened is in (a dropped call may leave
+    /// that to the session's next use, which fails).
+    pub async fn abandon(&self) {
         self.inner.abandoned.store(true, Ordering::SeqCst);
-        if let Ok(session) = self.inner.session.try_lock() {
-            session.abandon();
-        }
+        self.inner.session.lock().await.abandon();
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {

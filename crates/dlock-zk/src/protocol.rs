@@ -25,7 +25,7 @@ use crate::config::ZkConfig;
 use crate::error::{BACKEND, map_err};
 
 /// The infix between uuid and sequence in Curator's lock node names.
-pub const LOCK_NAME: &str = "-lock-";
+pub(crate) const LOCK_NAME: &str = "-lock-";
 
 /// Runs one request with the request timeout; a timeout is
 /// [`Error::Unavailable`].

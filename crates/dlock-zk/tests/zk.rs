@@ -105,13 +105,13 @@ async fn curator_nodes_are_honoured_in_order_and_ours_look_like_curators() {
         })
     };
     until("dlock's node to queue", async || {
-        f.admin.lock_nodes(&name).await.unwrap().len() == 2
+        f.admin.keys_in_use(&name).await.unwrap().len() == 2
     })
     .await;
     let third = curator_node(&raw, &dir).await;
     let ours: Vec<String> = f
         .admin
-        .lock_nodes(&name)
+        .keys_in_use(&name)
         .await
         .unwrap()
         .into_iter()
@@ -339,7 +339,7 @@ async fn a_partitioned_holder_is_lost_before_a_waiter_is_granted() {
         })
     };
     until("the waiter to queue", async || {
-        waiter.lock_nodes(k.as_str()).await.unwrap().len() == 2
+        waiter.keys_in_use(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     proxy.set(Fault::Blackhole);
@@ -395,7 +395,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
     };
     // Queued and watching the holder's node (the holder watches it too).
     until("the waiter to watch the holder", async || {
-        other.lock_nodes(k.as_str()).await.unwrap().len() == 2 && watchers(first, g.node()).await >= 2
+        other.keys_in_use(k.as_str()).await.unwrap().len() == 2 && watchers(first, g.node()).await >= 2
     })
     .await;
     // The waiter's network goes silent before its wait runs out: its delete fails.
@@ -411,7 +411,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         .unwrap();
     g.release().await.unwrap();
     until("nothing left behind", async || {
-        other.lock_nodes(k.as_str()).await.unwrap().is_empty()
+        other.keys_in_use(k.as_str()).await.unwrap().is_empty()
     })
     .await;
     drop(waiter);

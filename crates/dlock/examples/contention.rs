@@ -54,7 +54,7 @@ async fn main() -> std::process::ExitCode {
         let lock = match dlock::connect_url(url).await {
             Ok(l) => l,
             Err(e) => {
-                println!("{}: skipped ({e})", dlock::redact(url));
+                println!("{}: skipped ({e})", dlock::driver::redact_url(url));
                 continue;
             }
         };
@@ -64,7 +64,7 @@ async fn main() -> std::process::ExitCode {
                 rows.push(row);
             }
             Err(e) => {
-                println!("{}: failed: {e}", dlock::redact(url));
+                println!("{}: failed: {e}", dlock::driver::redact_url(url));
                 ok = false;
             }
         }
@@ -129,7 +129,7 @@ async fn demo_one(url: &str, lock: AnyLock) -> Result<Row, String> {
         println!("{}: {report}", run.lock.backend());
     }
     Ok(Row {
-        backend: format!("{} ({})", run.lock.backend(), dlock::redact(url)),
+        backend: format!("{} ({})", run.lock.backend(), dlock::driver::redact_url(url)),
         grants: report.grants,
         handoffs: handoffs(&events),
         overlaps: report.overlaps.len(),

@@ -72,7 +72,7 @@ pub enum Config {
 }
 
 /// The three ways to say which backend to use, for error messages.
-pub const HOW_TO_CONFIGURE: &str = "no lock backend configured; give one of:\n  \
+pub(crate) const HOW_TO_CONFIGURE: &str = "no lock backend configured; give one of:\n  \
      --url URL              e.g. --url etcd://127.0.0.1:2379\n  \
      --config FILE          a TOML or JSON file with `backend = \"...\"`\n  \
      DLOCK_URL=URL          in the environment\n\
@@ -135,7 +135,7 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
 }
 
 /// The URL with any password replaced by `***` (for messages and logs).
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     dlock_core::driver::redact_url(url)
 }
 
@@ -367,7 +367,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// # Errors
 ///
 /// [`Error::InvalidConfig`] naming `field` for zero or more than [`MAX_TTL`].
-pub fn check_ttl(field: &str, ttl: Duration) -> Result<Duration> {
+pub(crate) fn check_ttl(field: &str, ttl: Duration) -> Result<Duration> {
     if ttl.is_zero() {
         return Err(invalid(format!("{field}: a TTL must be greater than zero")));
     }
@@ -385,7 +385,7 @@ pub fn check_ttl(field: &str, ttl: Duration) -> Result<Duration> {
 /// # Errors
 ///
 /// [`Error::InvalidConfig`] naming `field`.
-pub fn parse_wait(field: &str, text: &str) -> Result<Wait> {
+pub(crate) fn parse_wait(field: &str, text: &str) -> Result<Wait> {
     match text.trim() {
         "forever" => Ok(Wait::Forever),
         "no" | "0" | "0s" => Ok(Wait::No),

@@ -33,6 +33,7 @@
 //!   error.
 //! - Drivers, each behind its feature: [`redis`](crate::redis) (`RedisLock`),
 //!   [`redlock`](crate::redlock), [`etcd`](crate::etcd), [`zk`](crate::zk).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -40,20 +41,24 @@ mod config;
 
 use std::time::{Duration, SystemTime};
 
-pub use config::{Config, Disabled, HOW_TO_CONFIGURE, MAX_TTL, Settings, check_ttl, parse_wait, redact};
+pub use config::{Config, Disabled, MAX_TTL, Settings};
 pub use dlock_core::*;
 
 /// The etcd driver (feature `etcd`).
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use dlock_etcd as etcd;
 /// The single-Redis driver (feature `redis`).
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use dlock_redis as redis;
 /// The Redlock driver (feature `redlock`).
 #[cfg(feature = "redlock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
 pub use dlock_redlock as redlock;
 /// The ZooKeeper driver (feature `zk`).
 #[cfg(feature = "zk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use dlock_zk as zk;
 
 /// Connects the backend `config` names.
@@ -104,7 +109,7 @@ pub async fn connect_url(url: &str) -> Result<AnyLock> {
 
 /// Who holds a lock, as far as the backend can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HolderInfo {
+pub struct Holder {
     /// The holder's key or node in the backend.
     pub id: String,
     /// What the holder wrote: host, pid, acquire time (for dlock holders).
@@ -127,7 +132,7 @@ pub struct HolderInfo {
 /// # Cancel safety
 ///
 /// Read-only; safe to drop at any point.
-pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>> {
+pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
     let _ = key;
     #[allow(unreachable_patterns)]
     match config {
@@ -135,7 +140,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>
         #[cfg(feature = "redis")]
         Config::Redis(c) => {
             let lock = dlock_redis::RedisLock::connect(c.clone()).await?;
-            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+            Ok(lock.holder(key).await?.map(|h| Holder {
                 id: lock.redis_key(key).unwrap_or_default(),
                 detail: h.value.clone(),
                 token: h.fence_counter,
@@ -146,7 +151,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>
         #[cfg(feature = "etcd")]
         Config::Etcd(c) => {
             let lock = dlock_etcd::EtcdLock::connect(c.clone()).await?;
-            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+            Ok(lock.holder(key).await?.map(|h| Holder {
                 since: since_from_detail(&h.value),
                 id: h.key,
                 detail: h.value,
@@ -157,7 +162,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<HolderInfo>
         #[cfg(feature = "zk")]
         Config::Zk(c) => {
             let lock = dlock_zk::ZkLock::connect(c.clone()).await?;
-            Ok(lock.holder(key).await?.map(|h| HolderInfo {
+            Ok(lock.holder(key).await?.map(|h| Holder {
                 since: since_from_detail(&h.data),
                 id: h.node,
                 detail: h.data,

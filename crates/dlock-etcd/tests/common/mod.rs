@@ -44,18 +44,18 @@ impl LockFactory for EtcdFactory {
         EtcdLock::connect(self.config.clone()).await
     }
 
-    async fn crash(&self, client: &EtcdLock) {
-        client.abandon();
+    async fn abandon(&self, client: &EtcdLock) {
+        client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        self.admin.contender_keys(namespace).await
+        self.admin.keys_in_use(namespace).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
         let pfx = self.admin.lock_prefix(key);
         let ns = pfx.strip_prefix(&self.config.key_prefix).unwrap_or(&pfx);
-        let keys = self.admin.contender_keys(ns).await?;
+        let keys = self.admin.keys_in_use(ns).await?;
         // Direct children only: `{prefix}{name}/{lease}`.
         Ok(Some(
             keys.iter()

@@ -49,11 +49,11 @@ impl LockFactory for RedisFactory {
         RedisLock::connect(self.config.clone()).await
     }
 
-    async fn crash(&self, client: &RedisLock) {
+    async fn abandon(&self, client: &RedisLock) {
         client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        self.admin.held_keys(namespace).await
+        self.admin.keys_in_use(namespace).await
     }
 }

@@ -25,7 +25,7 @@ impl RedlockFactory {
         // load every node timed out, or a give-back was skipped and left a
         // key to its TTL).
         let mut config = RedlockConfig::new(endpoint.addresses.clone());
-        config.node_timeout = std::time::Duration::from_millis(200);
+        config.request_timeout = std::time::Duration::from_millis(200);
         let admin = Redlock::connect(config.clone())
             .await
             .expect("connect to the test nodes");
@@ -48,11 +48,11 @@ impl LockFactory for RedlockFactory {
         Redlock::connect(self.config.clone()).await
     }
 
-    async fn crash(&self, client: &Redlock) {
+    async fn abandon(&self, client: &Redlock) {
         client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        self.admin.held_keys(namespace).await
+        self.admin.keys_in_use(namespace).await
     }
 }

@@ -53,17 +53,17 @@ impl LockFactory for ZkFactory {
         ZkLock::connect(self.config.clone()).await
     }
 
-    async fn crash(&self, client: &ZkLock) {
-        client.abandon();
+    async fn abandon(&self, client: &ZkLock) {
+        client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        self.admin.lock_nodes(namespace).await
+        self.admin.keys_in_use(namespace).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
         let dir = self.admin.lock_path(key)?;
-        let nodes = self.admin.lock_nodes(key.as_str()).await?;
+        let nodes = self.admin.keys_in_use(key.as_str()).await?;
         Ok(Some(
             nodes
                 .iter()

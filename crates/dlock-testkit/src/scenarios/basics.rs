@@ -1,0 +1,230 @@
+//! The basics: acquire, release, try, a wait that times out, bad keys, many keys, huge durations.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{Error, Guard, Lock, LockKey, Wait};
+
+use super::Ctx;
+use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::{LockFactory, ensure};
+
+/// Acquire, release, acquire again: the second grant's token is higher (or
+/// both are `None` where the backend does not fence).
+pub async fn acquire_release_reacquire<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let c = ctx.client().await?;
+    let k = ctx.key("basic");
+    let opts = ctx.opts(ctx.timing().long_ttl);
+    let g1 = c.acquire(&k, opts).await?;
+    ensure!(g1.key() == &k, "guard key {:?} is not {k:?}", g1.key());
+    ensure!(g1.is_held(), "a fresh guard is not held");
+    let t1 = g1.token();
+    g1.release().await?;
+    let g2 = c.acquire(&k, opts).await?;
+    let t2 = g2.token();
+    g2.release().await?;
+    if ctx.caps().fences() {
+        ensure!(
+            t1.is_some() && t2 > t1,
+            "tokens did not increase on re-acquire: {t1:?} then {t2:?}"
+        );
+    } else {
+        ensure!(
+            t1.is_none() && t2.is_none(),
+            "a non-fencing backend handed out tokens {t1:?}, {t2:?}"
+        );
+    }
+    Ok(Verdict::Passed)
+}
+
+/// `try_acquire` is `None` while another client holds the key and `Some` once
+/// it is free.
+pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("try");
+    let opts = ctx.opts(ctx.timing().long_ttl);
+    let ga = a.try_acquire(&k, opts).await?;
+    let Some(ga) = ga else {
+        return Err(Failure("try_acquire on a free key returned None".into()));
+    };
+    ensure!(
+        b.try_acquire(&k, opts).await?.is_none(),
+        "try_acquire granted a held key to a second client"
+    );
+    ensure!(
+        a.try_acquire(&k, opts).await?.is_none(),
+        "try_acquire granted a held key to its own client again"
+    );
+    ga.release().await?;
+    let gb = b.try_acquire(&k, opts).await?;
+    ensure!(gb.is_some(), "try_acquire after release returned None");
+    if let Some(gb) = gb {
+        gb.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// A bounded wait on a held key ends in `Error::Timeout`, not earlier than
+/// asked, and leaves the holder holding.
+pub async fn acquire_wait_times_out<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("timeout");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+    let wait = t.short_ttl;
+    let started = Instant::now();
+    let r = within(wait + t.slack, "the bounded acquire to return", async {
+        b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(wait))).await
+    })
+    .await?;
+    let took = started.elapsed();
+    match r {
+        Err(Error::Timeout { .. }) => {}
+        Err(e) => return Err(Failure(format!("expected Timeout, got {e:?}"))),
+        Ok(_) => return Err(Failure("a held key was granted to a waiter".into())),
+    }
+    ensure!(
+        took >= wait,
+        "Timeout came after {took:?}, earlier than the {wait:?} asked"
+    );
+    ensure!(
+        ga.is_held(),
+        "the holder lost its lock while another client waited"
+    );
+    ensure!(
+        b.try_acquire(&k, ctx.opts(t.long_ttl)).await?.is_none(),
+        "the key is free after the timeout"
+    );
+    ga.release().await?;
+    // The timed-out waiter left nothing: a fresh client gets the key at once.
+    let g = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
+    ensure!(g.is_some(), "the key is not free after the holder released");
+    if let Some(g) = g {
+        g.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// Invalid keys are refused with `Error::InvalidKey`; the longest valid key and
+/// keys with unusual characters either work or are refused the same way,
+/// never with a panic or another error.
+pub async fn invalid_keys_rejected<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    for bad in ["", "nul\0byte", "new\nline", &"k".repeat(LockKey::MAX_LEN + 1)] {
+        match LockKey::new(bad) {
+            Err(Error::InvalidKey { .. }) => {}
+            other => {
+                return Err(Failure(format!(
+                    "key {bad:?}: expected InvalidKey, got {other:?}"
+                )));
+            }
+        }
+    }
+    let c = ctx.client().await?;
+    let ns = ctx.namespace();
+    let long = format!("{ns}{}", "é".repeat((LockKey::MAX_LEN - ns.len()) / 2));
+    let odd = [
+        long,
+        format!("{ns}sp ace"),
+        format!("{ns}slash/and/more"),
+        format!("{ns}{{hash}}*?[x]"),
+        format!("{ns}ünï✓"),
+        format!("{ns}."),
+        format!("{ns}.."),
+        format!("{ns}trailing/"),
+    ];
+    for name in odd {
+        let key = LockKey::new(&name)
+            .map_err(|e| Failure(format!("valid key {name:?} refused by LockKey: {e}")))?;
+        match c.try_acquire(&key, ctx.opts(ctx.timing().long_ttl)).await {
+            Ok(Some(g)) => {
+                ensure!(g.key() == &key, "the guard's key differs from the one asked");
+                g.release().await?;
+            }
+            Err(Error::InvalidKey { .. }) => {}
+            Ok(None) => {
+                return Err(Failure(format!(
+                    "key {name:?} reported held although nobody holds it"
+                )));
+            }
+            Err(e) => {
+                return Err(Failure(format!(
+                    "key {name:?}: expected a grant or InvalidKey, got {e:?}"
+                )));
+            }
+        }
+    }
+    Ok(Verdict::Passed)
+}
+
+/// Locks on different keys do not affect each other.
+pub async fn many_keys_independent<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let t = ctx.timing();
+    let mut held = Vec::new();
+    for i in 0..16 {
+        held.push(
+            a.acquire(&ctx.key(&format!("many/a{i}")), ctx.opts(t.long_ttl))
+                .await?,
+        );
+    }
+    let mut others = Vec::new();
+    for i in 0..16 {
+        ensure!(
+            b.try_acquire(&ctx.key(&format!("many/a{i}")), ctx.opts(t.long_ttl))
+                .await?
+                .is_none(),
+            "key a{i} held by one client was granted to another"
+        );
+        let g = b
+            .try_acquire(&ctx.key(&format!("many/b{i}")), ctx.opts(t.long_ttl))
+            .await?;
+        ensure!(g.is_some(), "key b{i} was not free although nobody held it");
+        others.extend(g);
+    }
+    ensure!(
+        held.iter().all(|g| g.is_held()),
+        "a lock was lost while other keys were taken"
+    );
+    for g in held.into_iter().chain(others) {
+        g.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// Waits and TTLs too large for the clock (`Duration::MAX`) never panic: a
+/// wait that large means "no deadline"; a TTL that large is granted or
+/// refused with an error, and its guard behaves.
+pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let t = ctx.timing();
+    let k = ctx.key("huge");
+    let g = a
+        .acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(Duration::MAX)))
+        .await?;
+    // A huge wait on a held key waits (cancelled here), it does not panic.
+    let waited = tokio::time::timeout(
+        t.slack.min(Duration::from_millis(300)),
+        b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(Duration::MAX))),
+    )
+    .await;
+    ensure!(waited.is_err(), "a held key was granted to a waiter");
+    g.release().await?;
+    for auto_extend in [true, false] {
+        let k = ctx.key(&format!("huge-ttl-{auto_extend}"));
+        match a
+            .acquire(&k, ctx.opts(Duration::MAX).auto_extend(auto_extend))
+            .await
+        {
+            Ok(g) => {
+                ensure!(g.is_held(), "a grant with a huge TTL is not held");
+                g.extend(Duration::MAX).await.or_else(|e| match e {
+                    Error::InvalidConfig(_) | Error::Backend { .. } => Ok(()),
+                    e => Err(e),
+                })?;
+                g.release().await?;
+            }
+            Err(Error::InvalidConfig(_) | Error::Backend { .. }) => {}
+            Err(e) => return Err(Failure(format!("a huge TTL failed oddly: {e:?}"))),
+        }
+    }
+    Ok(Verdict::Passed)
+}

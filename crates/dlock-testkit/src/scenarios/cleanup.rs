@@ -1,0 +1,104 @@
+//! Nothing left behind: drops, cancelled acquires, a used namespace.
+
+use std::time::Duration;
+
+use dlock_core::{Error, Guard, Lock, Wait};
+
+use super::Ctx;
+use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::{LockFactory, ensure};
+
+/// Dropping a guard releases the lock well before its TTL.
+pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("drop");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+    drop(ga);
+    let gb = within(t.prompt, "a grant after the holder dropped its guard", async {
+        b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever)).await
+    })
+    .await??;
+    gb.release().await?;
+    Ok(Verdict::Passed)
+}
+
+/// A waiting acquire that is cancelled (its future dropped) leaves no ghost
+/// waiter: after the holder releases, a third client gets the key promptly.
+pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("cancel");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+    let observable = ctx.factory().contenders(&k).await?.is_some();
+    {
+        let waiting = b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever));
+        tokio::pin!(waiting);
+        // Let the waiter queue, then drop it. Where the backend cannot show
+        // its queue, keep the waiter waiting for a while instead.
+        let queued = async {
+            if observable {
+                ctx.await_contenders(&k, 2).await.map(drop)
+            } else {
+                tokio::time::sleep(t.short_ttl).await;
+                Ok(())
+            }
+        };
+        tokio::select! {
+            r = &mut waiting => return Err(Failure(format!("a held key was granted to a waiter: {:?}", r.map(|g| g.token())))),
+            r = queued => r?,
+        }
+    }
+    ga.release().await?;
+    // A ghost of the cancelled waiter would take the key now. Where the queue
+    // is visible, it must empty; elsewhere, give a ghost time to show itself.
+    if observable {
+        ctx.await_contenders(&k, 0).await?;
+    } else {
+        tokio::time::sleep(t.short_ttl).await;
+    }
+    let gc = c.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
+    ensure!(
+        gc.is_some(),
+        "after the holder released, the key was held: the cancelled acquire left a ghost"
+    );
+    if let Some(gc) = gc {
+        gc.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// A mix of everything (grants, drops, cancelled waits, timeouts, expiries)
+/// leaves nothing in the namespace.
+pub async fn namespace_clean_after_use<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let t = ctx.timing();
+    for i in 0..4 {
+        let k = ctx.key(&format!("mix/{i}"));
+        let g = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+        let r = b
+            .acquire(
+                &k,
+                ctx.opts(t.long_ttl).wait(Wait::For(Duration::from_millis(50))),
+            )
+            .await;
+        ensure!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "expected Timeout, got {:?}",
+            r.map(|g| g.token())
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(20), b.acquire(&k, ctx.opts(t.long_ttl))).await;
+        if i % 2 == 0 {
+            g.release().await?;
+        } else {
+            drop(g);
+        }
+    }
+    let g = a
+        .acquire(&ctx.key("mix/expiring"), ctx.opts(t.short_ttl).auto_extend(false))
+        .await?;
+    within(t.short_ttl + t.slack, "lost() after the TTL", g.lost().wait()).await?;
+    drop(g);
+    ctx.await_clean().await?;
+    Ok(Verdict::Passed)
+}

@@ -1,0 +1,222 @@
+//! TTLs: what expiry takes away, what renewal keeps, and `lost()`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use dlock_core::{Error, Guard, Lock, Wait};
+
+use super::{Ctx, lost_or_not_held};
+use crate::outcome::{Failure, Outcome, Verdict, wait_until, within};
+use crate::{LockFactory, ensure};
+
+/// A holder whose lock expired cannot release or extend it once another
+/// client holds the key; the new holder keeps it.
+pub async fn expired_holder_cannot_release<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("expired");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.short_ttl).auto_extend(false)).await?;
+    let gb = within(t.short_ttl + t.slack, "a grant after the holder's TTL", async {
+        b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever)).await
+    })
+    .await??;
+    match ga.extend(t.long_ttl).await {
+        Err(e) if lost_or_not_held(&e) => {}
+        other => {
+            return Err(Failure(format!(
+                "extend by an expired holder: expected Lost/NotHeld, got {other:?}"
+            )));
+        }
+    }
+    match ga.release().await {
+        Err(e) if lost_or_not_held(&e) => {}
+        other => {
+            return Err(Failure(format!(
+                "release by an expired holder: expected Lost/NotHeld, got {other:?}"
+            )));
+        }
+    }
+    ensure!(
+        gb.is_held(),
+        "the new holder lost its lock to the old holder's release"
+    );
+    ensure!(
+        c.try_acquire(&k, ctx.opts(t.long_ttl)).await?.is_none(),
+        "the new holder's lock was deleted by the old holder"
+    );
+    gb.extend(t.long_ttl).await?;
+    gb.release().await?;
+    Ok(Verdict::Passed)
+}
+
+/// An extend after expiry is refused and does not bring the lock back.
+pub async fn extend_after_expiry_refused<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("extend");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.short_ttl).auto_extend(false)).await?;
+    within(t.short_ttl + t.slack, "lost() after the TTL", ga.lost().wait()).await?;
+    // Make sure the backend itself has let go before extending.
+    wait_until(t.slack, "the key to be free", || async {
+        Ok(ctx.factory().residue(ctx.namespace()).await?.is_empty())
+    })
+    .await?;
+    match ga.extend(t.long_ttl).await {
+        Err(e) if lost_or_not_held(&e) => {}
+        other => {
+            return Err(Failure(format!(
+                "extend after expiry: expected Lost/NotHeld, got {other:?}"
+            )));
+        }
+    }
+    ensure!(!ga.is_held(), "is_held() is true after a refused extend");
+    let gb = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
+    ensure!(
+        gb.is_some(),
+        "the key is held after an extend of an expired lock: the extend resurrected it"
+    );
+    drop(ga);
+    if let Some(gb) = gb {
+        gb.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// A holder that vanishes without releasing (crash) frees the key when its
+/// TTL runs out.
+pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("vanish");
+    let t = ctx.timing();
+    let ga = a.acquire(&k, ctx.opts(t.short_ttl)).await?;
+    ctx.factory().abandon(&a).await;
+    drop(ga);
+    let gb = within(
+        t.short_ttl + t.slack,
+        "a grant after the vanished holder's TTL",
+        async { b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever)).await },
+    )
+    .await??;
+    gb.release().await?;
+    Ok(Verdict::Passed)
+}
+
+/// Without auto-extend, `lost()` fires when the TTL runs out and `is_held()`
+/// turns false.
+pub async fn lost_fires_on_expiry<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let a = ctx.client().await?;
+    let k = ctx.key("lost");
+    let t = ctx.timing();
+    let started = Instant::now();
+    let g = a.acquire(&k, ctx.opts(t.short_ttl).auto_extend(false)).await?;
+    ensure!(
+        g.is_held() && !g.lost().is_lost(),
+        "a fresh guard is already lost"
+    );
+    within(t.short_ttl + t.slack, "lost() after the TTL", g.lost().wait()).await?;
+    ensure!(!g.is_held(), "is_held() is true after lost() fired");
+    ensure!(g.lost().is_lost(), "a fired lost signal says it is not lost");
+    let took = started.elapsed();
+    ensure!(
+        took >= t.short_ttl / 2,
+        "lost() fired after {took:?}, long before the {:?} TTL",
+        t.short_ttl
+    );
+    drop(g);
+    Ok(Verdict::Passed)
+}
+
+/// With auto-extend, a short-TTL lock is kept for several TTLs.
+pub async fn auto_extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("watchdog");
+    let t = ctx.timing();
+    let g = a.acquire(&k, ctx.opts(t.short_ttl)).await?;
+    let until = Instant::now() + t.short_ttl * 3;
+    while Instant::now() < until {
+        ensure!(
+            g.is_held() && !g.lost().is_lost(),
+            "the auto-extended lock was lost"
+        );
+        ensure!(
+            b.try_acquire(&k, ctx.opts(t.long_ttl)).await?.is_none(),
+            "the auto-extended lock was granted to another client"
+        );
+        tokio::time::sleep(t.short_ttl / 4).await;
+    }
+    g.release().await?;
+    let gb = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
+    ensure!(gb.is_some(), "the key is held after release");
+    if let Some(gb) = gb {
+        gb.release().await?;
+    }
+    Ok(Verdict::Passed)
+}
+
+/// An extend before expiry moves the deadline: the lock outlives its first TTL.
+pub async fn extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("extend-ok");
+    let t = ctx.timing();
+    let g = a.acquire(&k, ctx.opts(t.short_ttl).auto_extend(false)).await?;
+    g.extend(t.long_ttl).await?;
+    tokio::time::sleep(t.short_ttl * 2).await;
+    ensure!(
+        g.is_held() && !g.lost().is_lost(),
+        "an extended lock was lost at its first TTL"
+    );
+    ensure!(
+        b.try_acquire(&k, ctx.opts(t.long_ttl)).await?.is_none(),
+        "an extended lock was granted to another client"
+    );
+    g.release().await?;
+    Ok(Verdict::Passed)
+}
+
+/// `with_lock` drops the closure's future and returns `Error::Lost` when the
+/// lock is lost while it runs.
+pub async fn with_lock_cancels_on_loss<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    struct SetOnDrop(Arc<AtomicBool>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let a = ctx.client().await?;
+    let k = ctx.key("scoped");
+    let t = ctx.timing();
+    let (started, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (s, d) = (started.clone(), dropped.clone());
+    let r = within(
+        t.short_ttl + t.slack,
+        "with_lock to return after the loss",
+        a.with_lock(
+            &k,
+            ctx.opts(t.short_ttl).auto_extend(false),
+            move |_held| async move {
+                let _flag = SetOnDrop(d);
+                s.store(true, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            },
+        ),
+    )
+    .await?;
+    ensure!(
+        matches!(r, Err(Error::Lost { .. })),
+        "with_lock returned {r:?}, expected Err(Lost)"
+    );
+    ensure!(started.load(Ordering::SeqCst), "the closure never ran");
+    ensure!(
+        dropped.load(Ordering::SeqCst),
+        "the closure's future was not dropped"
+    );
+    // And the happy path returns the closure's value.
+    let v = a
+        .with_lock(&k, ctx.opts(t.long_ttl), |held| async move {
+            held.key().as_str().len()
+        })
+        .await?;
+    ensure!(v == k.as_str().len(), "with_lock returned {v}");
+    Ok(Verdict::Passed)
+}

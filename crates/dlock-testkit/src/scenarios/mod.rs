@@ -1,0 +1,192 @@
+//! The conformance scenarios: plain `pub async fn`s over a [`Ctx`], run by
+//! [`conformance_tests!`](crate::conformance_tests) as one test each.
+//!
+//! Every scenario works in its own random key namespace, waits on conditions
+//! with deadlines (never "long enough" sleeps), scales its timings from the
+//! backend's shortest TTL, and leaves nothing behind: the runner checks the
+//! namespace after each one.
+//!
+//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup` (all
+//! re-exported here). The one list of scenarios, which makes both the test
+//! functions and the runner's table, is `__with_scenarios!` in the runner.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, Capabilities, Error, Lock, LockKey, Wait};
+
+use crate::LockFactory;
+use crate::outcome::{Failure, wait_until};
+
+mod basics;
+mod cleanup;
+mod exclusion;
+mod expiry;
+mod fencing;
+
+pub use basics::*;
+pub use cleanup::*;
+pub use exclusion::*;
+pub use expiry::*;
+pub use fencing::*;
+
+/// Timings a scenario uses, scaled from the backend's shortest TTL with
+/// generous bounds (the CI machine has 2 shared cores).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// A TTL short enough to wait out in a test.
+    pub short_ttl: Duration,
+    /// A TTL no scenario waits out: holds that must not expire use it.
+    pub long_ttl: Duration,
+    /// The slack allowed on top of a TTL for an expiry to be noticed.
+    pub slack: Duration,
+    /// The bound for "promptly" (a hand-off, a wake-up): well below `long_ttl`,
+    /// so meeting it proves the wake did not come from an expiry.
+    pub prompt: Duration,
+}
+
+impl Timing {
+    /// Timings for a backend whose shortest honoured TTL is `min_ttl`.
+    pub fn for_min_ttl(min_ttl: Duration) -> Self {
+        let short_ttl = min_ttl.max(Duration::from_millis(400));
+        let long_ttl = (short_ttl * 15).max(Duration::from_secs(60));
+        Timing {
+            short_ttl,
+            long_ttl,
+            slack: short_ttl + Duration::from_secs(5),
+            prompt: long_ttl / 4,
+        }
+    }
+}
+
+struct CtxInner<F> {
+    factory: F,
+    namespace: String,
+    caps: Capabilities,
+    timing: Timing,
+}
+
+/// What a scenario gets: the factory, a fresh namespace, the backend's
+/// capabilities and the timings. Cheap to clone.
+pub struct Ctx<F> {
+    inner: Arc<CtxInner<F>>,
+}
+
+impl<F> Clone for Ctx<F> {
+    fn clone(&self) -> Self {
+        Ctx {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<F: LockFactory> Ctx<F> {
+    /// A context in a new random namespace. Asks one client for the backend's
+    /// capabilities.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] if no client can be made.
+    pub async fn new(factory: F) -> Result<Self, Failure> {
+        let probe = factory.client().await?;
+        let caps = probe.capabilities();
+        drop(probe);
+        let namespace = format!("dlock-kit-{:016x}/", rand::random::<u64>());
+        Ok(Ctx {
+            inner: Arc::new(CtxInner {
+                factory,
+                namespace,
+                caps,
+                timing: Timing::for_min_ttl(caps.min_ttl),
+            }),
+        })
+    }
+
+    /// The factory.
+    pub fn factory(&self) -> &F {
+        &self.inner.factory
+    }
+
+    /// This scenario's key namespace (a prefix of every key it uses).
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The backend's capabilities.
+    pub fn caps(&self) -> Capabilities {
+        self.inner.caps
+    }
+
+    /// The scenario timings.
+    pub fn timing(&self) -> Timing {
+        self.inner.timing
+    }
+
+    /// A key in this scenario's namespace.
+    ///
+    /// # Panics
+    ///
+    /// If `name` makes an invalid key (a bug in the scenario, not the driver).
+    pub fn key(&self, name: &str) -> LockKey {
+        LockKey::new(format!("{}{name}", self.inner.namespace)).expect("scenario keys are valid")
+    }
+
+    /// A new independent client.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] if the factory cannot make one.
+    pub async fn client(&self) -> Result<F::Lock, Failure> {
+        Ok(self.inner.factory.client().await?)
+    }
+
+    /// Options with this TTL, waiting at most [`Timing::prompt`].
+    pub fn opts(&self, ttl: Duration) -> AcquireOptions {
+        AcquireOptions::default()
+            .ttl(ttl)
+            .wait(Wait::For(self.inner.timing.prompt))
+    }
+
+    /// Waits until the backend reports exactly `n` contenders for `key`, when
+    /// it can tell; returns `false` at once when it cannot.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] if the count does not reach `n` within [`Timing::prompt`].
+    pub async fn await_contenders(&self, key: &LockKey, n: usize) -> Result<bool, Failure> {
+        if self.inner.factory.contenders(key).await?.is_none() {
+            return Ok(false);
+        }
+        wait_until(
+            self.inner.timing.prompt,
+            &format!("{n} contenders on {key}"),
+            || async { Ok(self.inner.factory.contenders(key).await? == Some(n)) },
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Waits until nothing is left in the namespace.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] listing what is left after [`Timing::slack`].
+    pub async fn await_clean(&self) -> Result<(), Failure> {
+        let ns = self.namespace();
+        let r = wait_until(self.timing().slack, "an empty namespace", || async {
+            Ok(self.inner.factory.residue(ns).await?.is_empty())
+        })
+        .await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Failure(format!(
+                "left behind in {ns}: {:?}",
+                self.inner.factory.residue(ns).await?
+            ))),
+        }
+    }
+}
+
+pub(super) fn lost_or_not_held(e: &Error) -> bool {
+    matches!(e, Error::Lost { .. } | Error::NotHeld { .. })
+}
