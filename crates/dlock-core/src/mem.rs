@@ -21,12 +21,10 @@
 //! releasing anything, as a killed process would.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -81,9 +79,6 @@ struct ClientState {
 #[derive(Default)]
 struct Server {
     state: Mutex<State>,
-    /// The runtime timers are spawned on when a grant happens outside one
-    /// (in a guard's `Drop`, say): the one the last `acquire` ran on.
-    runtime: Mutex<Option<Handle>>,
 }
 
 #[derive(Default)]
@@ -141,19 +136,20 @@ impl Server {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        let handle = Handle::try_current().ok().or_else(|| {
-            self.runtime
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        });
-        if let Some(handle) = handle {
-            drop(handle.spawn(task));
-        }
+    /// Starts the expiry timer of `id`'s grant of `key`. Called by the
+    /// acquire that receives the grant (always inside a runtime), not where
+    /// the grant is made: a hand-off may happen in a guard's drop, outside
+    /// one. Until it runs, any call on the key expires an overdue holder
+    /// itself (`reap_if_due`).
+    fn expire_in_background(self: &Arc<Self>, key: &LockKey, id: u64) {
+        drop(tokio::spawn(expire_when_due(
+            Arc::downgrade(self),
+            key.clone(),
+            id,
+        )));
     }
 
-    /// Makes `id` the holder of `key` and starts its expiry timer.
+    /// Makes `id` the holder of `key` (its acquire starts the expiry timer).
     fn grant(self: &Arc<Self>, st: &mut State, key: &LockKey, id: u64, ttl: Duration) -> Grant {
         st.last_token += 1;
         let token = FencingToken::new(st.last_token);
@@ -164,9 +160,6 @@ impl Server {
             deadline,
             lost: trigger.clone(),
         });
-        let server = Arc::downgrade(self);
-        let key = key.clone();
-        self.spawn(expire_when_due(server, key, id));
         Grant {
             token,
             deadline,
@@ -446,9 +439,6 @@ impl Lock for MemLock {
     /// grant if the hand-off reached it in the meantime.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
         self.check_up()?;
-        if let Ok(handle) = Handle::try_current() {
-            *self.server.runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-        }
         let started = Instant::now();
         let ttl = opts.ttl.max(MEM_MIN_TTL);
         let timeout = || Error::Timeout {
@@ -463,6 +453,7 @@ impl Lock for MemLock {
             if free {
                 let grant = self.server.grant(&mut st, key, id, ttl);
                 drop(st);
+                self.server.expire_in_background(key, id);
                 return Ok(self.guard(key, id, grant, opts, ttl));
             }
             if opts.wait == Wait::No {
@@ -490,6 +481,7 @@ impl Lock for MemLock {
         };
         let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
         registration.disarm();
+        self.server.expire_in_background(key, id);
         Ok(self.guard(key, id, grant, opts, ttl))
     }
 }
