@@ -236,9 +236,9 @@ fn check_ttl(ttl: Duration) -> Result<Duration, String> {
     }
     if ttl > dlock::MAX_TTL {
         return Err(format!(
-            "--ttl: a TTL of {} is more than the {} allowed",
+            "--ttl: a TTL of {} is more than the {}h allowed",
             humantime::format_duration(ttl),
-            humantime::format_duration(dlock::MAX_TTL)
+            dlock::MAX_TTL.as_secs() / 3600
         ));
     }
     Ok(ttl)

@@ -73,7 +73,7 @@ pub struct MemLock {
 
 #[derive(Default)]
 struct ClientState {
-    crashed: AtomicBool,
+    abandoned: AtomicBool,
 }
 
 #[derive(Default)]
@@ -300,7 +300,7 @@ impl MemLock {
     ///
     /// Done at once (nothing is awaited).
     pub async fn abandon(&self) {
-        self.client.crashed.store(true, Ordering::SeqCst);
+        self.client.abandoned.store(true, Ordering::SeqCst);
     }
 
     /// Keys starting with `prefix` that are held or waited on: what a
@@ -328,8 +328,8 @@ impl MemLock {
     }
 
     fn check_up(&self) -> Result<()> {
-        if self.client.crashed.load(Ordering::SeqCst) {
-            return Err(Error::unavailable(BACKEND, "this MemLock client has crashed"));
+        if self.client.abandoned.load(Ordering::SeqCst) {
+            return Err(Error::unavailable(BACKEND, "this MemLock client was abandoned"));
         }
         Ok(())
     }
@@ -376,7 +376,7 @@ impl Default for MemLock {
 impl std::fmt::Debug for MemLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemLock")
-            .field("crashed", &self.client.crashed.load(Ordering::Relaxed))
+            .field("abandoned", &self.client.abandoned.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -394,7 +394,7 @@ async fn watchdog(
     let period = ttl / 3;
     loop {
         tokio::time::sleep(period).await;
-        if client.crashed.load(Ordering::SeqCst) {
+        if client.abandoned.load(Ordering::SeqCst) {
             return;
         }
         let Some(server) = server.upgrade() else {
@@ -487,7 +487,7 @@ impl Lock for MemLock {
 }
 
 /// The guard of a [`MemLock`] grant. Dropping it releases the lock at once
-/// (unless its client [crashed](MemLock::abandon)).
+/// (unless its client was [abandoned](MemLock::abandon)).
 #[must_use = "dropping the guard releases the lock"]
 pub struct MemGuard {
     lock: MemLock,
@@ -536,7 +536,7 @@ impl Guard for MemGuard {
 
     fn is_held(&self) -> bool {
         !self.lost.is_lost()
-            && !self.lock.client.crashed.load(Ordering::SeqCst)
+            && !self.lock.client.abandoned.load(Ordering::SeqCst)
             && Instant::now() < *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -545,7 +545,7 @@ impl Guard for MemGuard {
     /// # Errors
     ///
     /// [`Error::Lost`] if the lock expired, [`Error::NotHeld`] if another
-    /// client holds it now, [`Error::Unavailable`] after a crash.
+    /// client holds it now, [`Error::Unavailable`] after [`MemLock::abandon`].
     ///
     /// # Cancel safety
     ///
@@ -568,7 +568,7 @@ impl Guard for MemGuard {
     /// # Errors
     ///
     /// [`Error::Lost`] if the lock expired, [`Error::NotHeld`] if another
-    /// client holds it now, [`Error::Unavailable`] after a crash.
+    /// client holds it now, [`Error::Unavailable`] after [`MemLock::abandon`].
     ///
     /// # Cancel safety
     ///
@@ -587,7 +587,7 @@ impl Guard for MemGuard {
 impl Drop for MemGuard {
     fn drop(&mut self) {
         self.stop_watchdog();
-        if !self.released && !self.lock.client.crashed.load(Ordering::SeqCst) {
+        if !self.released && !self.lock.client.abandoned.load(Ordering::SeqCst) {
             let _ = self.lock.server.release(&self.key, self.id);
         }
     }
@@ -644,7 +644,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn crash_keeps_the_lock_until_ttl() {
+    async fn an_abandoned_client_keeps_the_lock_until_ttl() {
         let lock = MemLock::new();
         let k = key("k");
         let opts = AcquireOptions::default().ttl(Duration::from_millis(60));

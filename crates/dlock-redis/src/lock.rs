@@ -25,7 +25,7 @@ const POLL: Duration = Duration::from_millis(150);
 /// A waiter not seen (no attempt) for this long counts as gone: releases
 /// stop naming it and other waiters' attempts drop it. At least a second,
 /// and two of its rounds (a poll and an attempt, which a busy server or
-/// client may take the whole command timeout for; the gap between two
+/// client may take the whole request timeout for; the gap between two
 /// attempts' arrival is at most a poll and two of those).
 fn waiter_window(request_timeout: Duration) -> u64 {
     let round = POLL.saturating_add(request_timeout.saturating_mul(2));

@@ -55,7 +55,8 @@
 //!   release names the first live waiter of its node, so one waiter retries
 //!   per release, not all. A waiter counts as gone (skipped, and dropped
 //!   by the others' attempts) when not seen for four of its rounds
-//!   (`retry_jitter + request_timeout` each), at least a second.
+//!   (`retry_jitter + 2 x request_timeout` each: the attempt and the give-back
+//!   of a failed one), at least a second.
 //! - Extend needs a quorum too; a failed extend fires `lost()` and does not
 //!   release the other nodes' keys. Release is compare-value on every node.
 //! - No quorum is [`Error::Unavailable`](dlock_core::Error::Unavailable)

@@ -180,7 +180,7 @@ async fn partial_grants_are_given_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_node_timeout() {
+async fn a_silent_node_does_not_hold_up_a_grant_and_costs_at_most_the_request_timeout() {
     let nodes = Nodes::start().await;
     let config = nodes.config();
     let request_timeout = config.request_timeout;

@@ -116,6 +116,9 @@ impl ZkLock {
             return Err(Error::unavailable(BACKEND, "this ZkLock was abandoned"));
         }
         let mut current = self.inner.session.lock().await;
+        if self.is_abandoned() {
+            return Err(Error::unavailable(BACKEND, "this ZkLock was abandoned"));
+        }
         if !current.alive() || current.deadline() <= Instant::now() {
             *current = Session::open(&self.inner.config, Arc::clone(&self.inner.abandoned)).await?;
         }
@@ -204,12 +207,15 @@ impl ZkLock {
     ///
     /// # Cancel safety
     ///
-    /// The handle is marked abandoned at once; the session's connection is
-    /// dropped once a session being opened is in (a dropped call may leave
-    /// that to the session's next use, which fails).
+    /// Nothing is awaited: the handle is marked abandoned at once, and the
+    /// current session's connection dropped at once; a session being opened
+    /// meanwhile (or kept by a guard) drops its connection at its first use
+    /// after, its heartbeat's at the latest.
     pub async fn abandon(&self) {
         self.inner.abandoned.store(true, Ordering::SeqCst);
-        self.inner.session.lock().await.abandon();
+        if let Ok(session) = self.inner.session.try_lock() {
+            session.abandon();
+        }
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {

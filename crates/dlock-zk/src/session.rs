@@ -127,9 +127,14 @@ impl Session {
 
     /// A handle on the client for one call.
     pub(crate) fn client(&self) -> Result<Client> {
-        self.client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        // Abandoned: the connection goes at the first use after (the
+        // heartbeat's, within a tenth of the session), whichever session
+        // this is (one opened in a race with `abandon`, one a guard keeps).
+        if self.is_abandoned() {
+            client.take();
+        }
+        client
             .clone()
             .ok_or_else(|| Error::unavailable(BACKEND, "this ZkLock was abandoned"))
     }
