@@ -279,12 +279,9 @@ pub(crate) async fn still_ours(
         .is_some_and(|kv| kv.create_revision() == my_rev))
 }
 
-/// Deletes `my_key` if it still has our create revision.
-pub(crate) async fn resign(client: &Client, my_key: &str, my_rev: i64, timeout: Duration) -> Result<Outcome> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
-        .and_then([TxnOp::delete(my_key, None)])
-        .or_else([TxnOp::get(my_key, None)]);
+/// Runs a transaction guarded by our create revision whose else branch
+/// reads our key: done, or which refusal (someone else's key there, or none).
+async fn guarded(client: &Client, txn: Txn, timeout: Duration) -> Result<Outcome> {
     let resp = bounded(timeout, client.clone().txn(txn)).await?;
     if resp.succeeded() {
         return Ok(Ok(()));
@@ -295,6 +292,15 @@ pub(crate) async fn resign(client: &Client, my_key: &str, my_rev: i64, timeout: 
     } else {
         Refusal::Expired
     }))
+}
+
+/// Deletes `my_key` if it still has our create revision.
+pub(crate) async fn resign(client: &Client, my_key: &str, my_rev: i64, timeout: Duration) -> Result<Outcome> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
+        .and_then([TxnOp::delete(my_key, None)])
+        .or_else([TxnOp::get(my_key, None)]);
+    guarded(client, txn, timeout).await
 }
 
 /// Deletes `my_key` if it is still attached to `lease` (when our create
@@ -328,16 +334,7 @@ pub(crate) async fn move_to_lease(
             Some(PutOptions::new().with_lease(lease).with_ignore_value()),
         )])
         .or_else([TxnOp::get(my_key, None)]);
-    let resp = bounded(timeout, client.clone().txn(txn)).await?;
-    if resp.succeeded() {
-        return Ok(Ok(()));
-    }
-    let there = ranges(&resp.op_responses(), 0).is_some_and(|kvs| !kvs.is_empty());
-    Ok(Err(if there {
-        Refusal::HeldByOther
-    } else {
-        Refusal::Expired
-    }))
+    guarded(client, txn, timeout).await
 }
 
 /// The current holder under `pfx`: the key with the lowest create revision.

@@ -441,20 +441,21 @@ async fn a_holder_whose_lease_is_revoked_is_lost_at_its_next_keep_alive() {
         .acquire(&k, AcquireOptions::default().ttl(Duration::from_secs(60)))
         .await
         .unwrap();
-    let lease = g
-        .etcd_key()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('-')
-        .next()
-        .unwrap()
-        .to_owned();
-    etcdctl(&f.config.endpoints, &["lease", "revoke", &lease]).unwrap();
+    etcdctl(
+        &f.config.endpoints,
+        &["lease", "revoke", &format!("{:x}", g.lease())],
+    )
+    .unwrap();
     tokio::time::timeout(LIMIT, g.lost().wait())
         .await
         .expect("lost() did not fire for a revoked lease");
     assert!(!g.is_held());
+}
+
+/// The lease (hex) of a contender key `{prefix}{name}/{lease:x}-{n:x}`.
+fn lease_of(key: &str) -> &str {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    name.split('-').next().unwrap_or(name)
 }
 
 /// A waiter whose own lease ends while it waits is told at its next
@@ -484,15 +485,7 @@ async fn a_waiter_whose_lease_ends_is_told_at_its_next_keep_alive() {
         .iter()
         .find(|key| !key.ends_with(g.etcd_key().rsplit('/').next().unwrap()))
         .unwrap();
-    let lease = theirs
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('-')
-        .next()
-        .unwrap()
-        .to_owned();
-    etcdctl(&f.config.endpoints, &["lease", "revoke", &lease]).unwrap();
+    etcdctl(&f.config.endpoints, &["lease", "revoke", lease_of(theirs)]).unwrap();
     let r = tokio::time::timeout(LIMIT, w)
         .await
         .expect("the waiter hung while its lease was gone")

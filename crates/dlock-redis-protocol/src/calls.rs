@@ -52,6 +52,26 @@ pub enum Unfenced {
     Held(Option<Duration>, Option<String>),
 }
 
+/// The waiter queue and the gone-at times beside `lock_key`.
+fn queue_keys(lock_key: &str) -> [String; 2] {
+    [
+        scripts::companion_key(lock_key, QUEUE_SUFFIX),
+        scripts::companion_key(lock_key, SEEN_SUFFIX),
+    ]
+}
+
+/// An acquire's `ARGV`: value, TTL in ms, waiter id and window (the window
+/// is read only with a waiter).
+fn attempt_args(value: &str, ttl: Duration, waiter: Option<(&str, u64)>) -> Vec<String> {
+    let (id, window) = waiter.unwrap_or_default();
+    vec![
+        value.to_owned(),
+        millis(ttl).to_string(),
+        id.to_owned(),
+        window.max(1).to_string(),
+    ]
+}
+
 /// Reads a remaining TTL in ms (negative: no expiry, or no key).
 fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
@@ -74,23 +94,13 @@ impl Scripts {
         ttl: Duration,
         waiter: Option<(&str, u64)>,
     ) -> Result<Fenced, FredError> {
-        let (id, window) = waiter.unwrap_or_default();
+        let [queue, seen] = queue_keys(lock_key);
         let reply: Vec<i64> = self
             .acquire
             .evalsha_with_reload(
                 client,
-                vec![
-                    lock_key.to_owned(),
-                    fence_key.to_owned(),
-                    scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
-                vec![
-                    value.to_owned(),
-                    millis(ttl).to_string(),
-                    id.to_owned(),
-                    window.max(1).to_string(),
-                ],
+                vec![lock_key.to_owned(), fence_key.to_owned(), queue, seen],
+                attempt_args(value, ttl, waiter),
             )
             .await?;
         match reply.as_slice() {
@@ -115,22 +125,13 @@ impl Scripts {
         ttl: Duration,
         waiter: Option<(&str, u64)>,
     ) -> Result<Unfenced, FredError> {
-        let (id, window) = waiter.unwrap_or_default();
+        let [queue, seen] = queue_keys(lock_key);
         let reply: Vec<Value> = self
             .acquire_unfenced
             .evalsha_with_reload(
                 client,
-                vec![
-                    lock_key.to_owned(),
-                    scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
-                vec![
-                    value.to_owned(),
-                    millis(ttl).to_string(),
-                    id.to_owned(),
-                    window.max(1).to_string(),
-                ],
+                vec![lock_key.to_owned(), queue, seen],
+                attempt_args(value, ttl, waiter),
             )
             .await?;
         let numbers: Vec<Option<i64>> = reply.iter().take(2).map(Value::as_i64).collect();
@@ -151,11 +152,10 @@ impl Scripts {
         self.release
             .evalsha_with_reload(
                 client,
-                vec![
-                    lock_key.to_owned(),
-                    scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
+                {
+                    let [queue, seen] = queue_keys(lock_key);
+                    vec![lock_key.to_owned(), queue, seen]
+                },
                 vec![value.to_owned(), scripts::channel(lock_key)],
             )
             .await
@@ -190,14 +190,7 @@ impl Scripts {
     pub async fn leave(&self, client: &Client, lock_key: &str, waiter: &str) -> Result<(), FredError> {
         let _: i64 = self
             .leave
-            .evalsha_with_reload(
-                client,
-                vec![
-                    scripts::companion_key(lock_key, QUEUE_SUFFIX),
-                    scripts::companion_key(lock_key, SEEN_SUFFIX),
-                ],
-                vec![waiter.to_owned()],
-            )
+            .evalsha_with_reload(client, queue_keys(lock_key).to_vec(), vec![waiter.to_owned()])
             .await?;
         Ok(())
     }

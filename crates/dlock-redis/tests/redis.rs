@@ -283,6 +283,26 @@ async fn queue(client: &fred::prelude::Client, lock_key: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// A plain fred client of `server`, connected.
+async fn raw_client(server: &Redis) -> fred::prelude::Client {
+    use fred::prelude::{Builder, ClientLike, Config};
+    let c = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    c.init().await.unwrap();
+    c
+}
+
+/// A fred subscriber client of `server`, connected.
+async fn subscriber_client(server: &Redis) -> fred::clients::SubscriberClient {
+    use fred::prelude::{Builder, ClientLike, Config};
+    let c = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build_subscriber_client()
+        .unwrap();
+    c.init().await.unwrap();
+    c
+}
+
 /// Waits until `cond` holds, within [`LIMIT`].
 async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + LIMIT;
@@ -297,20 +317,14 @@ async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_first_live_waiter_not_all() {
-    use fred::prelude::{Builder, ClientLike, Config, EventInterface, PubsubInterface};
+    use fred::prelude::{EventInterface, PubsubInterface};
     let server = Redis::start().await.unwrap();
     let prefix = ns();
     let k = key("herd");
     let holder = connect(&server, &prefix).await;
     let lock_key = holder.redis_key(&k).unwrap();
-    let raw = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    raw.init().await.unwrap();
-    let observer = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build_subscriber_client()
-        .unwrap();
-    observer.init().await.unwrap();
+    let raw = raw_client(&server).await;
+    let observer = subscriber_client(&server).await;
     let mut notices = observer.message_rx();
     observer
         .subscribe(dlock_redis_protocol::scripts::channel(&lock_key))
@@ -552,16 +566,13 @@ async fn names_that_collide_with_the_layout_are_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_waiter_behind_a_live_one_leaves_the_queue() {
     use dlock_redis_protocol::scripts::{SEEN_SUFFIX, companion_key};
-    use fred::prelude::{Builder, ClientLike, Config, LuaInterface};
+    use fred::prelude::LuaInterface;
     let server = Redis::start().await.unwrap();
     let prefix = ns();
     let k = key("crowded");
     let holder = connect(&server, &prefix).await;
     let lock_key = holder.redis_key(&k).unwrap();
-    let raw = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    raw.init().await.unwrap();
+    let raw = raw_client(&server).await;
 
     let g = holder.acquire(&k, AcquireOptions::default()).await.unwrap();
     let live = connect(&server, &prefix).await;
@@ -623,7 +634,7 @@ async fn a_crashed_waiter_behind_a_live_one_leaves_the_queue() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_new_waiter_keeps_the_subscription_the_last_one_gave_up() {
     use dlock_redis_protocol::notices::Waiters;
-    use fred::prelude::{Builder, ClientLike, Config};
+    use fred::prelude::ClientLike;
     let server = Redis::start().await.unwrap();
     let port = addr(&server).port().to_string();
     let numsub = |channel: &str| {
@@ -637,10 +648,7 @@ async fn a_new_waiter_keeps_the_subscription_the_last_one_gave_up() {
             .map(|n| n.trim().to_owned())
             .unwrap()
     };
-    let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build_subscriber_client()
-        .unwrap();
-    subscriber.init().await.unwrap();
+    let subscriber = subscriber_client(&server).await;
     let (waiters, tasks) = Waiters::start(vec![subscriber.clone()], Duration::from_secs(5));
     for round in 0..5 {
         let channel = format!("{}released:{round}", ns());
