@@ -7,4 +7,8 @@ async fn factory() -> common::RedlockFactory {
     common::RedlockFactory::shared().await
 }
 
-dlock_testkit::conformance_tests!(factory);
+dlock_testkit::conformance_tests!(factory, skip: [
+    fifo_waiters,
+    tokens_increase_across_clients,
+    fenced_stale_write_rejected,
+]);

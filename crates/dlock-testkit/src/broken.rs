@@ -5,6 +5,10 @@
 //! on it and expect a pass). Each other [`Flaw`] plants one classic bug; the
 //! kit's tests assert that at least one scenario catches each. Because the
 //! flawless `NaiveLock` passes, every failure is due to the flaw alone.
+//!
+//! Its clients can talk over a simulated [`Link`]: each request and each
+//! reply crosses it under the link's fault (delayed, lost after the request
+//! timeout, reset), so the link scenarios run on it as on a network driver.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,14 +17,19 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal,
-    LostTrigger, Result, Wait, Waiting, drift,
+    LostTrigger, Result, Wait, Waiting,
 };
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::LockFactory;
+use crate::launcher::Fault;
+use crate::link::{Link, Linked};
 
 const BACKEND: &str = "naive";
 const POLL: Duration = Duration::from_millis(5);
+/// How long a request over a silent link waits for its reply.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +51,24 @@ pub enum Flaw {
     /// A waiting acquire keeps trying in the background after it is dropped
     /// and then holds the lock nobody will release.
     CancelLeavesHeld,
+    /// An acquire dropped after its request was granted but before the reply
+    /// arrived leaves the grant on the server: nobody holds it, nobody
+    /// releases it, it lives for its TTL.
+    CancelInFlightLeavesHeld,
+    /// A request that cannot reach the server counts as "held by someone
+    /// else": `try_acquire` gives `Ok(None)`, `acquire` waits and times out.
+    UnreachableLooksHeld,
+    /// A release whose request or reply is lost reports `Ok(())`.
+    ReleaseIgnoresLinkErrors,
+    /// Failed renewals are retried without end: `lost()` fires only once the
+    /// server is heard again and says the lock is gone, long after the local
+    /// deadline.
+    LostOnlyWhenHeard,
 }
 
 impl Flaw {
     /// Every flaw but [`Flaw::None`].
-    pub const BROKEN: [Flaw; 7] = [
+    pub const BROKEN: [Flaw; 11] = [
         Flaw::GrantsToEveryone,
         Flaw::ReusesTokens,
         Flaw::NeverExpires,
@@ -54,6 +76,10 @@ impl Flaw {
         Flaw::ExtendResurrects,
         Flaw::LostNeverFires,
         Flaw::CancelLeavesHeld,
+        Flaw::CancelInFlightLeavesHeld,
+        Flaw::UnreachableLooksHeld,
+        Flaw::ReleaseIgnoresLinkErrors,
+        Flaw::LostOnlyWhenHeard,
     ];
 }
 
@@ -85,6 +111,10 @@ pub struct NaiveLock {
     table: Arc<Mutex<Table>>,
     crashed: Arc<AtomicBool>,
     flaw: Flaw,
+    /// The simulated link every request and reply crosses, if any.
+    link: Option<watch::Receiver<Fault>>,
+    /// A client of a backend that is not there: every request is refused.
+    nowhere: bool,
 }
 
 impl NaiveLock {
@@ -94,6 +124,8 @@ impl NaiveLock {
             table: Arc::default(),
             crashed: Arc::default(),
             flaw,
+            link: None,
+            nowhere: false,
         }
     }
 
@@ -103,7 +135,103 @@ impl NaiveLock {
             table: Arc::clone(&self.table),
             crashed: Arc::default(),
             flaw: self.flaw,
+            link: None,
+            nowhere: false,
         }
+    }
+
+    /// Another independent client whose requests and replies cross `link`.
+    pub fn client_over(&self, link: &Link) -> Self {
+        NaiveLock {
+            link: Some(link.watch()),
+            ..self.client()
+        }
+    }
+
+    /// Another client, of a backend that is not there.
+    pub fn client_of_nowhere(&self) -> Self {
+        NaiveLock {
+            nowhere: true,
+            ..self.client()
+        }
+    }
+
+    /// One crossing of the link (a request, or its reply) under its fault.
+    async fn cross(&self) -> Result<()> {
+        self.check_up()?;
+        if self.nowhere {
+            return Err(Error::unavailable(BACKEND, "connection refused"));
+        }
+        let Some(mut link) = self.link.clone() else {
+            return Ok(());
+        };
+        loop {
+            let fault = *link.borrow_and_update();
+            match fault {
+                Fault::None => return Ok(()),
+                Fault::Delay(d) => {
+                    tokio::time::sleep(d).await;
+                    return Ok(());
+                }
+                Fault::Blackhole => {
+                    tokio::time::sleep(REQUEST_TIMEOUT).await;
+                    return Err(Error::unavailable(BACKEND, "no reply within the request timeout"));
+                }
+                Fault::Reset => return Err(Error::unavailable(BACKEND, "connection reset")),
+                Fault::Pause => {
+                    if link.changed().await.is_err() {
+                        return Err(Error::unavailable(BACKEND, "the link is gone"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One request: across the link, `op` on the server, the reply back.
+    async fn call<T>(&self, op: impl FnOnce() -> T) -> Result<T> {
+        self.cross().await?;
+        let reply = op();
+        self.cross().await?;
+        Ok(reply)
+    }
+
+    /// One acquire attempt over the link. A grant whose reply does not
+    /// arrive (lost, or the caller gone) is given back in the background.
+    async fn attempt(&self, key: &LockKey, ttl: Duration) -> Result<Option<(u64, FencingToken, Instant)>> {
+        let r = async {
+            self.cross().await?;
+            let grant = self.try_once(key, ttl);
+            let give_back =
+                grant
+                    .filter(|_| self.flaw != Flaw::CancelInFlightLeavesHeld)
+                    .map(|(owner, ..)| {
+                        let (me, key) = (self.clone(), key.clone());
+                        dlock_core::driver::OnDrop::new((), move |()| me.release_in_background(key, owner))
+                    });
+            self.cross().await?;
+            if let Some(give_back) = give_back {
+                give_back.disarm();
+            }
+            Ok(grant)
+        }
+        .await;
+        match r {
+            Err(Error::Unavailable { .. }) if self.flaw == Flaw::UnreachableLooksHeld => Ok(None),
+            r => r,
+        }
+    }
+
+    /// Releases `owner`'s hold on `key` over the link, retried for a while.
+    fn release_in_background(&self, key: LockKey, owner: u64) {
+        let me = self.clone();
+        dlock_core::driver::spawn_detached("naive release", async move {
+            for _ in 0..50 {
+                if me.call(|| me.release_owner(&key, owner)).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -186,19 +314,18 @@ impl NaiveLock {
         self.table().live(key).is_some_and(|e| e.owner == owner)
     }
 
+    /// The guard of a grant whose request was sent at `sent`.
     fn guard(
         &self,
         key: &LockKey,
         owner: u64,
         token: FencingToken,
-        deadline: Instant,
+        sent: Instant,
         opts: AcquireOptions,
     ) -> NaiveGuard {
         let (trigger, signal) = LostSignal::pair();
         let state = Arc::new(Mutex::new(
-            deadline
-                .checked_sub(drift(opts.ttl.min(dlock_core::driver::FAR_FUTURE)))
-                .unwrap_or(deadline),
+            dlock_core::driver::Drift::DEFAULT.deadline(sent, opts.ttl),
         ));
         let monitor = tokio::spawn(monitor(
             self.clone(),
@@ -222,7 +349,8 @@ impl NaiveLock {
     }
 }
 
-/// Renews (with auto-extend) and watches the entry; fires lost when it is gone.
+/// Renews (with auto-extend) and watches the entry over the link; fires lost
+/// when it is gone, or when the local deadline passes first.
 async fn monitor(
     lock: NaiveLock,
     key: LockKey,
@@ -236,25 +364,41 @@ async fn monitor(
             lost.fire();
         }
     };
+    let heeds_deadline = lock.flaw != Flaw::LostOnlyWhenHeard;
     loop {
         tokio::time::sleep((opts.ttl / 3).min(POLL * 4)).await;
         if lock.crashed.load(Ordering::SeqCst) {
             return;
         }
         let deadline = *local_deadline.lock().unwrap_or_else(PoisonError::into_inner);
+        if heeds_deadline && Instant::now() >= deadline {
+            return fire(&lost);
+        }
         let renew_due = opts.auto_extend
             && dlock_core::driver::saturating_add(Instant::now(), opts.ttl * 2 / 3) >= deadline;
-        if renew_due {
-            let sent = Instant::now();
-            match lock.extend_owner(&key, owner, opts.ttl) {
-                Ok(_) => {
+        // Ok(false): the server says the lock is gone; Err: no answer.
+        let check = async {
+            if renew_due {
+                let sent = Instant::now();
+                let renewed = lock.call(|| lock.extend_owner(&key, owner, opts.ttl)).await?;
+                if renewed.is_ok() {
                     let d = dlock_core::driver::Drift::DEFAULT.deadline(sent, opts.ttl);
                     *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
                 }
-                Err(_) => return fire(&lost),
+                Ok::<bool, Error>(renewed.is_ok())
+            } else {
+                lock.call(|| lock.owns(&key, owner)).await
             }
-        }
-        if !lock.owns(&key, owner) {
+        };
+        let verdict = if heeds_deadline {
+            tokio::select! {
+                r = check => r,
+                () = tokio::time::sleep_until(deadline.into()) => Ok(false),
+            }
+        } else {
+            check.await
+        };
+        if let Ok(false) = verdict {
             return fire(&lost);
         }
     }
@@ -274,8 +418,8 @@ impl Lock for NaiveLock {
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
         self.check_up()?;
         let started = Instant::now();
-        if let Some((owner, token, deadline)) = self.try_once(key, opts.ttl) {
-            return Ok(self.guard(key, owner, token, deadline, opts));
+        if let Some((owner, token, _)) = self.attempt(key, opts.ttl).await? {
+            return Ok(self.guard(key, owner, token, started, opts));
         }
         let deadline = match opts.wait {
             Wait::No => None,
@@ -293,23 +437,25 @@ impl Lock for NaiveLock {
             let (me, k) = (self.clone(), key.clone());
             tokio::spawn(async move {
                 while Instant::now() < deadline {
-                    if let Some(grant) = me.try_once(&k, opts.ttl) {
-                        let _ = tx.send(grant);
+                    let sent = Instant::now();
+                    if let Some((owner, token, _)) = me.try_once(&k, opts.ttl) {
+                        let _ = tx.send((owner, token, sent));
                         return;
                     }
                     tokio::time::sleep(POLL).await;
                 }
             });
             return match rx.await {
-                Ok((owner, token, d)) => Ok(self.guard(key, owner, token, d, opts)),
+                Ok((owner, token, sent)) => Ok(self.guard(key, owner, token, sent, opts)),
                 Err(_) => Err(Error::Timeout {
                     key: key.as_str().to_owned(),
                 }),
             };
         }
         loop {
-            if let Some((owner, token, d)) = self.try_once(key, opts.ttl) {
-                return Ok(self.guard(key, owner, token, d, opts));
+            let sent = Instant::now();
+            if let Some((owner, token, _)) = self.attempt(key, opts.ttl).await? {
+                return Ok(self.guard(key, owner, token, sent, opts));
             }
             if Instant::now() >= deadline {
                 return Err(Error::Timeout {
@@ -353,22 +499,33 @@ impl Guard for NaiveGuard {
             && Instant::now() < *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.lock.check_up()?;
         let sent = Instant::now();
-        self.lock.extend_owner(&self.key, self.owner, ttl)?;
+        self.lock
+            .call(|| self.lock.extend_owner(&self.key, self.owner, ttl))
+            .await??;
         let d = dlock_core::driver::Drift::DEFAULT.deadline(sent, ttl);
         *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = d;
         Ok(())
     }
     async fn release(mut self) -> Result<()> {
         self.monitor.abort();
-        self.lock.check_up()?;
         self.released = true;
-        let r = self.lock.release_owner(&self.key, self.owner);
+        let r = self
+            .lock
+            .call(|| self.lock.release_owner(&self.key, self.owner))
+            .await;
         if self.lock.flaw != Flaw::LostNeverFires {
             self.trigger.fire();
         }
-        r
+        match r {
+            Ok(r) => r,
+            Err(Error::Unavailable { .. }) if self.lock.flaw == Flaw::ReleaseIgnoresLinkErrors => Ok(()),
+            Err(e) => {
+                // Unconfirmed: try again in the background, and say so.
+                self.lock.release_in_background(self.key.clone(), self.owner);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -376,7 +533,7 @@ impl Drop for NaiveGuard {
     fn drop(&mut self) {
         self.monitor.abort();
         if !self.released && !self.lock.crashed.load(Ordering::SeqCst) {
-            let _ = self.lock.release_owner(&self.key, self.owner);
+            self.lock.release_in_background(self.key.clone(), self.owner);
         }
     }
 }
@@ -409,6 +566,22 @@ impl LockFactory for NaiveFactory {
 
     async fn abandon(&self, client: &NaiveLock) {
         client.crashed.store(true, Ordering::SeqCst);
+    }
+
+    fn breaks_links(&self) -> bool {
+        true
+    }
+
+    async fn linked_client(&self) -> Result<Linked<NaiveLock>> {
+        let link = Link::in_process();
+        Ok(Linked {
+            lock: self.backend.client_over(&link),
+            link,
+        })
+    }
+
+    async fn unreachable_client(&self) -> Result<NaiveLock> {
+        Ok(self.backend.client_of_nowhere())
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -3,7 +3,9 @@
 
 use std::future::Future;
 
-use dlock_core::{LockKey, MemLock, Result};
+use dlock_core::{Error, LockKey, MemLock, Result};
+
+use crate::link::Linked;
 
 /// What a driver gives the conformance kit.
 ///
@@ -11,6 +13,20 @@ use dlock_core::{LockKey, MemLock, Result};
 /// client: for a network backend its own connections and session, standing in
 /// for another process. Scenarios never wipe a server: each works in a random
 /// key namespace and asks [`residue`](Self::residue) what it left.
+///
+/// **Links.** A network driver's factory also says [`breaks_links`]
+/// (`true`) and implements [`linked_client`] (a client whose every connection
+/// goes through a [`Link`](crate::Link) the kit slows down, silences, resets
+/// and heals) and [`unreachable_client`] (a client of a backend that is not
+/// there). The link scenarios use them to check what a broken network does
+/// to a driver: a cancelled acquire in flight, `Error::Unavailable` instead
+/// of `Ok(None)` or `Timeout`, a release that cannot be confirmed, renewals
+/// that go unanswered. A factory that leaves `breaks_links` `false` (an
+/// in-process driver) has those scenarios skipped, and the skip shows.
+///
+/// [`breaks_links`]: Self::breaks_links
+/// [`linked_client`]: Self::linked_client
+/// [`unreachable_client`]: Self::unreachable_client
 pub trait LockFactory: Send + Sync + 'static {
     /// The driver's handle type.
     type Lock: dlock_core::Lock;
@@ -50,7 +66,46 @@ pub trait LockFactory: Send + Sync + 'static {
         let _ = key;
         async { Ok(None) }
     }
+
+    /// Whether [`linked_client`](Self::linked_client) and
+    /// [`unreachable_client`](Self::unreachable_client) give clients. Every
+    /// network driver's factory must say `true`; the default `false` skips
+    /// the link scenarios (visibly).
+    fn breaks_links(&self) -> bool {
+        false
+    }
+
+    /// A new independent client configured as [`client`](Self::client)'s,
+    /// except that every connection it makes goes through a new link: for a
+    /// network driver, [`Link::to`](crate::Link::to) with every server
+    /// address the client would use (all nodes, all endpoints), and the
+    /// client pointed at [`Link::addrs`](crate::Link::addrs) instead.
+    ///
+    /// # Errors
+    ///
+    /// Whatever starting the link or connecting reports. The default (for
+    /// factories whose [`breaks_links`](Self::breaks_links) is `false`)
+    /// always fails.
+    fn linked_client(&self) -> impl Future<Output = Result<Linked<Self::Lock>>> + Send {
+        async { Err(Error::InvalidConfig(NO_LINKS.to_owned())) }
+    }
+
+    /// A new client configured as [`client`](Self::client)'s, except that it
+    /// points at a backend that is not there: every server address replaced
+    /// by one of [`nowhere`](crate::link::nowhere) (closed loopback ports).
+    ///
+    /// # Errors
+    ///
+    /// Whatever connecting reports: a driver that connects eagerly fails
+    /// here, and the kit checks that this is `Error::Unavailable` within the
+    /// driver's connect timeout. The default always fails with
+    /// `Error::InvalidConfig`.
+    fn unreachable_client(&self) -> impl Future<Output = Result<Self::Lock>> + Send {
+        async { Err(Error::InvalidConfig(NO_LINKS.to_owned())) }
+    }
 }
+
+const NO_LINKS: &str = "this factory breaks no links (breaks_links is false)";
 
 /// The [`LockFactory`] of [`MemLock`]: one in-process backend, a new client
 /// per call.

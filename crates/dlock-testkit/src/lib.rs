@@ -6,6 +6,8 @@
 //!   injects faults; [`MemFactory`] for the in-process driver.
 //! - [`scenarios`]: the contract, one `pub async fn` per property, and
 //!   [`conformance_tests!`] to expand them into one test each.
+//! - [`link`]: a client's link to its backend, which the kit slows down,
+//!   silences, resets and heals (built on [`launcher::FaultProxy`]).
 //! - [`history`]: a recorder and checker of concurrent histories (overlapping
 //!   holds, token order, stale fenced writes).
 //! - [`broken`]: deliberately broken drivers the kit must catch.
@@ -14,8 +16,108 @@
 //! - [`launcher`]: real `redis-server`, etcd and ZooKeeper processes on free
 //!   loopback ports, plus a TCP fault proxy.
 //!
-//! A new driver's test file is a factory function and one macro call (see
-//! [`conformance_tests!`]); `tests/mem.rs` in this crate is the example.
+//! # Testing a driver with the kit
+//!
+//! A driver crate (say `dlock-foo`, whose `FooLock` implements
+//! [`dlock_core::Lock`]) needs two dev-dependencies and one test file. No
+//! `tokio` is needed for the generated tests: the macro brings its own.
+//!
+//! ```toml
+//! [dev-dependencies]
+//! dlock-core = "0.1"
+//! dlock-testkit = "0.1"
+//! ```
+//!
+//! `tests/conformance.rs` holds the factory and the macro call. The factory
+//! below starts a private server and **owns** it: the launcher's handle lives
+//! in the factory (behind an `Arc`), so the server stops when the test that
+//! made the factory ends, and no scenario can outlive its server.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use std::sync::Arc;
+//!
+//! use dlock_core::Result;
+//! use dlock_testkit::launcher::Redis;
+//! use dlock_testkit::link::nowhere;
+//! use dlock_testkit::{Link, Linked, LockFactory};
+//! # type FooLock = dlock_core::MemLock;
+//! # async fn connect(_server: SocketAddr) -> Result<FooLock> { Ok(FooLock::new()) }
+//! # async fn keys_in_use(l: &FooLock, ns: &str) -> Result<Vec<String>> {
+//! #     Ok(l.keys_in_use(ns).into_iter().map(|k| k.as_str().to_owned()).collect())
+//! # }
+//!
+//! /// Clients of one private server, which it owns.
+//! struct FooFactory {
+//!     server: Arc<Redis>,
+//!     addr: SocketAddr,
+//!     admin: FooLock,
+//! }
+//!
+//! impl LockFactory for FooFactory {
+//!     type Lock = FooLock;
+//!
+//!     fn name(&self) -> String {
+//!         format!("foo {}", self.addr)
+//!     }
+//!     // Independent: its own connections, as another process would have.
+//!     async fn client(&self) -> Result<FooLock> {
+//!         connect(self.addr).await
+//!     }
+//!     // As if the process died: nothing released, the TTL frees its locks.
+//!     async fn abandon(&self, client: &FooLock) {
+//!         client.abandon().await
+//!     }
+//!     // Everything the backend keeps for names under `namespace`.
+//!     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
+//!         keys_in_use(&self.admin, namespace).await
+//!     }
+//!     // A network driver offers links to break.
+//!     fn breaks_links(&self) -> bool {
+//!         true
+//!     }
+//!     async fn linked_client(&self) -> Result<Linked<FooLock>> {
+//!         let link = Link::to(&[self.addr]).await?;
+//!         let lock = connect(link.addrs()[0]).await?;
+//!         Ok(Linked { lock, link })
+//!     }
+//!     async fn unreachable_client(&self) -> Result<FooLock> {
+//!         connect(nowhere(1)?[0]).await
+//!     }
+//! }
+//!
+//! async fn factory() -> FooFactory {
+//!     let server = Redis::start().await.expect("a redis-server");
+//!     let addr = server.addrs()[0];
+//!     let admin = connect(addr).await.expect("a client");
+//!     FooFactory { server: Arc::new(server), addr, admin }
+//! }
+//!
+//! // FooLock promises no FIFO order.
+//! dlock_testkit::conformance_tests!(factory, skip: [fifo_waiters]);
+//! # fn main() {}
+//! ```
+//!
+//! `cargo test --test conformance` then runs one test per scenario
+//! (`cargo test -- --list` names them), the skipped ones show as *ignored*,
+//! and `conformance::declared_skips_match_the_backend` checks the skip list.
+//!
+//! ## What each factory method must do, and how the kit checks it
+//!
+//! | method | must | checked by |
+//! |---|---|---|
+//! | `client` | return an independent client (own connections, own session) | the exclusion scenarios: two clients sharing a session would share its locks |
+//! | `abandon` | silence the client without releasing anything | `expiry_frees_vanished_holder`: the lock must come free by its TTL, not sooner by a release |
+//! | `residue` | list what the backend keeps under the namespace: lock keys, nodes, waiter entries | after every scenario the namespace must empty within the slack; `namespace_clean_after_use` fails if it lists nothing while a lock is held |
+//! | `contenders` | count holder plus waiters of a key (FIFO backends must) | `fifo_waiters` queues waiters by it |
+//! | `breaks_links` | say `true` for a network driver | the link scenarios run only then; the skip is declared and checked |
+//! | `linked_client` | a client whose every connection (all nodes, all endpoints) crosses a [`Link`] | a client that bypasses its link keeps renewing and fails `dead_link_fires_lost_in_time` |
+//! | `unreachable_client` | a client of closed ports ([`link::nowhere`]) | `unreachable_backend_is_unavailable` expects `Error::Unavailable` from connecting or from the first requests |
+//!
+//! The kit's own tests (`tests/broken.rs`) run every scenario on
+//! [`broken::NaiveLock`] with each planted [`broken::Flaw`] and assert that
+//! the scenario meant for it catches it; `tests/mem.rs` is the shortest
+//! complete example.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -23,6 +125,7 @@ pub mod broken;
 mod factory;
 pub mod history;
 pub mod launcher;
+pub mod link;
 mod outcome;
 mod runner;
 pub mod safety;
@@ -30,7 +133,15 @@ pub mod scenarios;
 pub mod workload;
 
 pub use factory::{LockFactory, MemFactory};
+pub use launcher::Fault;
+pub use link::{Link, Linked};
 pub use outcome::{Failure, Outcome, Verdict, wait_until, within};
 pub use runner::{
-    SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, run_all, run_one, run_scenario_test,
+    LINK_SCENARIOS, Report, SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, check_declared_skips,
+    run_all, run_one, run_scenario_test, skip_reason, skipped_scenarios,
 };
+
+/// The `tokio` the generated tests run on, so a driver's test crate need not
+/// name it (implementation detail of [`conformance_tests!`]).
+#[doc(hidden)]
+pub use tokio as __tokio;

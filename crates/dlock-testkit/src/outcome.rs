@@ -37,7 +37,6 @@ impl From<dlock_core::Error> for Failure {
 pub type Outcome = Result<Verdict, Failure>;
 
 /// Fails the scenario with a formatted message unless the condition holds.
-#[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
         if !$cond {
@@ -45,6 +44,7 @@ macro_rules! ensure {
         }
     };
 }
+pub(crate) use ensure;
 
 /// Awaits `fut`, failing with "`what` did not happen within `limit`" if it
 /// takes longer.

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use dlock_core::{Capabilities, Lock};
+
 use crate::LockFactory;
 use crate::outcome::{Failure, Outcome, Verdict, within};
 use crate::scenarios::{self, Ctx};
@@ -59,6 +61,10 @@ macro_rules! __with_scenarios {
             extend_keeps_lock,
             namespace_clean_after_use,
             huge_durations_are_safe,
+            cancelled_acquire_in_flight_leaves_nothing,
+            failed_release_is_not_ok,
+            unreachable_backend_is_unavailable,
+            dead_link_fires_lost_in_time,
         }
     };
 }
@@ -83,6 +89,9 @@ pub fn all_scenarios<F: LockFactory>() -> Vec<Scenario<F>> {
 pub async fn run_one<F: LockFactory>(factory: F, scenario: &Scenario<F>) -> Outcome {
     within(SCENARIO_LIMIT, &format!("scenario {}", scenario.name), async {
         let ctx = Ctx::new(factory).await?;
+        if let Some(why) = skip_reason(scenario.name, ctx.caps(), ctx.factory().breaks_links()) {
+            return Ok(Verdict::Skipped(why));
+        }
         let verdict = (scenario.run)(ctx.clone()).await?;
         ctx.await_clean().await?;
         Ok(verdict)
@@ -90,13 +99,60 @@ pub async fn run_one<F: LockFactory>(factory: F, scenario: &Scenario<F>) -> Outc
     .await?
 }
 
+/// The scenarios that need a [`Link`](crate::Link): skipped for factories
+/// that break no links.
+pub const LINK_SCENARIOS: [&str; 4] = [
+    "cancelled_acquire_in_flight_leaves_nothing",
+    "unreachable_backend_is_unavailable",
+    "failed_release_is_not_ok",
+    "dead_link_fires_lost_in_time",
+];
+
+/// Why the scenario `name` does not apply to a backend with `caps` (whose
+/// factory does or does not [break links](LockFactory::breaks_links)), or
+/// `None` when it applies. The one place where skips are decided: the runner
+/// asks it before running a scenario, and the generated
+/// `declared_skips_match_the_backend` test compares it with the skips a
+/// driver declares.
+pub fn skip_reason(name: &str, caps: Capabilities, breaks_links: bool) -> Option<&'static str> {
+    match name {
+        "fifo_waiters" if !caps.fifo => Some("the backend does not promise FIFO"),
+        "tokens_increase_across_clients" | "fenced_stale_write_rejected" if !caps.fences() => {
+            Some("the backend gives no fencing tokens")
+        }
+        n if !breaks_links && LINK_SCENARIOS.contains(&n) => Some(
+            "the factory breaks no links (an in-process backend, or a client that finds its servers itself)",
+        ),
+        _ => None,
+    }
+}
+
+/// The scenarios that do not apply to `factory`'s backend, with the reason.
+///
+/// # Errors
+///
+/// A [`Failure`] if the factory cannot make a client (the capabilities come
+/// from one).
+pub async fn skipped_scenarios<F: LockFactory>(
+    factory: &F,
+) -> Result<Vec<(&'static str, &'static str)>, Failure> {
+    let caps = factory.client().await?.capabilities();
+    let links = factory.breaks_links();
+    Ok(all_scenarios::<F>()
+        .into_iter()
+        .filter_map(|s| skip_reason(s.name, caps, links).map(|why| (s.name, why)))
+        .collect())
+}
+
 /// Runs a scenario for a generated test, panicking with the failure so the
-/// test fails by name. Prints the verdict.
+/// test fails by name. Prints the verdict. `declared` are the scenarios the
+/// test file declared skipped (`conformance_tests!(f, skip: [..])`).
 ///
 /// # Panics
 ///
-/// When the scenario fails.
-pub async fn run_scenario_test<F, M, MF>(name: &'static str, make: M)
+/// When the scenario fails, or is skipped without being declared (so that a
+/// skip always shows in `cargo test`'s output as an ignored test).
+pub async fn run_scenario_test<F, M, MF>(name: &'static str, declared: &[&str], make: M)
 where
     F: LockFactory,
     M: FnOnce() -> MF,
@@ -110,15 +166,112 @@ where
         .unwrap_or_else(|| panic!("no scenario named {name}"));
     match run_one(factory, &scenario).await {
         Ok(Verdict::Passed) => eprintln!("conformance {backend} {name}: passed"),
-        Ok(Verdict::Skipped(why)) => eprintln!("conformance {backend} {name}: skipped ({why})"),
+        Ok(Verdict::Skipped(why)) if declared.contains(&name) => {
+            eprintln!("conformance {backend} {name}: skipped ({why})");
+        }
+        Ok(Verdict::Skipped(why)) => panic!(
+            "conformance {backend} {name}: skipped ({why}) but not declared: write \
+             `conformance_tests!(factory, skip: [{name}, ...])` so that cargo test shows it as ignored"
+        ),
         Err(Failure(why)) => panic!("conformance {backend} {name}: FAILED: {why}"),
     }
 }
 
+/// The generated `declared_skips_match_the_backend` test: the scenarios a
+/// test file declares skipped must be exactly those [`skip_reason`] skips
+/// for its factory, so that no applicable scenario can be hidden by
+/// declaring it skipped, and no skip goes unseen.
+///
+/// # Panics
+///
+/// When the two lists differ (the message lists both, with reasons).
+pub async fn check_declared_skips<F, M, MF>(declared: &[&str], make: M)
+where
+    F: LockFactory,
+    M: FnOnce() -> MF,
+    MF: Future<Output = F>,
+{
+    let factory = make().await;
+    let backend = factory.name();
+    let skipped = skipped_scenarios(&factory)
+        .await
+        .unwrap_or_else(|Failure(why)| panic!("conformance {backend}: {why}"));
+    let undeclared: Vec<_> = skipped.iter().filter(|(n, _)| !declared.contains(n)).collect();
+    let applicable: Vec<_> = declared
+        .iter()
+        .filter(|d| !skipped.iter().any(|(n, _)| n == *d))
+        .collect();
+    for (name, why) in &skipped {
+        eprintln!("conformance {backend} {name}: skipped ({why})");
+    }
+    assert!(
+        undeclared.is_empty() && applicable.is_empty(),
+        "conformance {backend}: the declared skips differ from the backend's: \
+         skipped but not declared {undeclared:?}; declared but applicable (they must run) {applicable:?}"
+    );
+}
+
+/// What [`run_all`] returns: every scenario's outcome, in order, and the
+/// counts.
+#[derive(Debug)]
+pub struct Report {
+    /// Each scenario run, by name, with its outcome.
+    pub results: Vec<(&'static str, Outcome)>,
+}
+
+impl Report {
+    /// How many passed.
+    pub fn passed(&self) -> usize {
+        self.count(|o| matches!(o, Ok(Verdict::Passed)))
+    }
+
+    /// How many were skipped (did not apply to the backend).
+    pub fn skipped(&self) -> usize {
+        self.count(|o| matches!(o, Ok(Verdict::Skipped(_))))
+    }
+
+    /// How many failed.
+    pub fn failed(&self) -> usize {
+        self.count(Result::is_err)
+    }
+
+    /// The first failure, if any: its scenario and why.
+    pub fn first_failure(&self) -> Option<(&'static str, &Failure)> {
+        self.results
+            .iter()
+            .find_map(|(name, o)| o.as_ref().err().map(|f| (*name, f)))
+    }
+
+    fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.results.iter().filter(|(_, o)| f(o)).count()
+    }
+}
+
+impl std::fmt::Display for Report {
+    /// One line per scenario, then `N passed, N skipped, N failed`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (name, outcome) in &self.results {
+            match outcome {
+                Ok(Verdict::Passed) => writeln!(f, "  {name}: passed")?,
+                Ok(Verdict::Skipped(why)) => writeln!(f, "  {name}: skipped ({why})")?,
+                Err(why) => writeln!(f, "  {name}: FAILED: {why}")?,
+            }
+        }
+        write!(
+            f,
+            "{} passed, {} skipped, {} failed",
+            self.passed(),
+            self.skipped(),
+            self.failed()
+        )
+    }
+}
+
 /// Runs every scenario against factories made by `make`, in order, and
-/// returns each outcome. With `stop_at_first_failure`, stops after the first
-/// failing scenario (enough to show a broken driver is caught).
-pub async fn run_all<F, M, MF>(mut make: M, stop_at_first_failure: bool) -> Vec<(&'static str, Outcome)>
+/// reports each outcome and the counts. With `stop_at_first_failure`, stops
+/// after the first failing scenario (enough to show a broken driver is
+/// caught).
+pub async fn run_all<F, M, MF>(mut make: M, stop_at_first_failure: bool) -> Report
 where
     F: LockFactory,
     M: FnMut() -> MF,
@@ -133,45 +286,83 @@ where
             break;
         }
     }
-    results
+    Report { results }
 }
 
 /// Expands to one `#[tokio::test]` per conformance scenario, in a module
 /// named `conformance`, so `cargo test -- --list` shows each by name and each
 /// passes or fails on its own.
 ///
-/// The argument is a function (or path to one) `async fn() -> impl LockFactory`
-/// that makes the factory for one test. The calling crate needs `tokio` with
-/// the `macros` and `rt-multi-thread` features as a (dev-)dependency.
+/// The first argument is a function (or path to one)
+/// `async fn() -> impl LockFactory` that makes the factory for one test.
+/// After it, `skip: [..]` names the scenarios that do not apply to the
+/// backend ([`skip_reason`] says which: no FIFO promise, no fencing tokens,
+/// no links to break). Those tests are `#[ignore]`d, so `cargo test` reports
+/// them as ignored rather than passed, and one more test,
+/// `conformance::declared_skips_match_the_backend`, fails if the list is not
+/// exactly what the backend's capabilities skip. A scenario that turns out
+/// skipped without being declared fails, saying so.
+///
+/// The calling crate needs only `dlock-testkit` (under that name) as a
+/// dev-dependency: the macro brings its own `tokio`.
 ///
 /// ```
 /// async fn factory() -> dlock_testkit::MemFactory {
 ///     dlock_testkit::MemFactory::new()
 /// }
-/// dlock_testkit::conformance_tests!(factory);
+/// dlock_testkit::conformance_tests!(factory, skip: [
+///     cancelled_acquire_in_flight_leaves_nothing,
+///     unreachable_backend_is_unavailable,
+///     failed_release_is_not_ok,
+///     dead_link_fires_lost_in_time,
+/// ]);
 /// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    ($make:path) => {
-        $crate::__with_scenarios!([$crate::__dlock_conformance_tests]($make));
+    ($make:path $(, skip: [$($skip:ident),* $(,)?])? $(,)?) => {
+        $crate::__dlock_conformance_tests! { ($) ($make) [$($($skip)*)?] }
     };
 }
 
-/// Implementation detail of [`conformance_tests!`].
+/// Implementation detail of [`conformance_tests!`]: `$d` is a `$`, so the
+/// module can define its own macro (one arm per declared skip).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __dlock_conformance_tests {
-    (($make:path) $($name:ident),* $(,)?) => {
+    (($d:tt) ($make:path) [$($skip:ident)*]) => {
         mod conformance {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    $crate::run_scenario_test(stringify!($name), $make).await;
-                }
-            )*
+
+            macro_rules! __dlock_test {
+                $(
+                    ($skip) => {
+                        #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
+                        #[ignore = "skipped: not for this backend (see declared_skips_match_the_backend)"]
+                        async fn $skip() {
+                            $crate::run_scenario_test(stringify!($skip), &[stringify!($skip)], $make).await;
+                        }
+                    };
+                )*
+                ($d name:ident) => {
+                    #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
+                    async fn $d name() {
+                        $crate::run_scenario_test(stringify!($d name), &[$(stringify!($skip)),*], $make).await;
+                    }
+                };
+            }
+
+            macro_rules! __dlock_tests {
+                (() $d($d name:ident),* $d(,)?) => { $d( __dlock_test!($d name); )* };
+            }
+
+            $crate::__with_scenarios!([__dlock_tests]());
+
+            #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
+            async fn declared_skips_match_the_backend() {
+                $crate::check_declared_skips(&[$(stringify!($skip)),*], $make).await;
+            }
         }
     };
 }

@@ -280,6 +280,38 @@ async fn proxy_reset_cuts_open_connections() {
     );
 }
 
+/// A connection that lost data to a blackhole is reset when the blackhole
+/// ends (its byte stream has a hole); one that lost nothing carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_resets_what_a_blackhole_cut_a_hole_in() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn ping(s: &mut tokio::net::TcpStream) -> std::io::Result<[u8; 7]> {
+        s.write_all(b"PING\r\n").await?;
+        let mut buf = [0u8; 7];
+        s.read_exact(&mut buf).await?;
+        Ok(buf)
+    }
+    let r = Redis::start().await.unwrap();
+    let proxy = FaultProxy::start(r.addrs()[0]).await.unwrap();
+    let mut holed = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut intact = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(&ping(&mut holed).await.unwrap(), b"+PONG\r\n");
+    assert_eq!(&ping(&mut intact).await.unwrap(), b"+PONG\r\n");
+    proxy.set(Fault::Blackhole);
+    let swallowed = tokio::time::timeout(Duration::from_millis(300), ping(&mut holed)).await;
+    assert!(swallowed.is_err(), "a reply crossed a blackhole: {swallowed:?}");
+    proxy.set(Fault::None);
+    let mut buf = [0u8; 7];
+    let r = tokio::time::timeout(Duration::from_secs(5), holed.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(
+        matches!(r, Ok(0) | Err(_)),
+        "a connection that lost data survived the blackhole: {r:?}"
+    );
+    assert_eq!(&ping(&mut intact).await.unwrap(), b"+PONG\r\n");
+}
+
 /// The shared servers of `cargo xtask test` (or private ones under plain
 /// `cargo test`) answer real requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,8 +21,42 @@ pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
         E::BadArguments(_) => Error::InvalidKey {
             reason: format!("zookeeper refused the path: {e}"),
         },
+        // The client passes a broken connection's I/O error on as is (a
+        // reset, a closed socket): the server is out of reach, not wrong.
+        E::Custom(_) if std::error::Error::source(&e).is_some_and(is_connection_failure) => {
+            Error::unavailable(BACKEND, e)
+        }
         other => Error::backend(BACKEND, other),
     }
+}
+
+/// Whether `e`, or anything in its source chain, is an I/O error of a
+/// connection that failed (reset, refused, closed, timed out).
+fn is_connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as K;
+    let mut next = Some(e);
+    while let Some(e) = next {
+        // zookeeper-client keeps its sources as `Arc<dyn Error>`, whose own
+        // `source()` skips the error inside.
+        if let Some(inner) = e.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>() {
+            next = Some(&**inner);
+            continue;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::ConnectionRefused
+                    | K::BrokenPipe
+                    | K::NotConnected
+                    | K::UnexpectedEof
+                    | K::TimedOut
+            );
+        }
+        next = e.source();
+    }
+    false
 }
 
 #[cfg(test)]
@@ -46,6 +80,43 @@ mod tests {
                 matches!(map_err(e), Error::Unavailable { backend: "zk", .. }),
                 "{shown}"
             );
+        }
+    }
+
+    #[test]
+    fn a_broken_connection_is_told_from_other_io_errors() {
+        use std::io::{Error as Io, ErrorKind as K};
+        #[derive(Debug)]
+        struct Wrapped(Io);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "wrapped: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        for kind in [
+            K::ConnectionReset,
+            K::BrokenPipe,
+            K::UnexpectedEof,
+            K::ConnectionRefused,
+        ] {
+            assert!(is_connection_failure(&Io::from(kind)), "{kind:?}");
+            assert!(
+                is_connection_failure(&Wrapped(Io::from(kind))),
+                "wrapped {kind:?}"
+            );
+            // As zookeeper-client keeps it.
+            let shared: std::sync::Arc<dyn std::error::Error + Send + Sync> =
+                std::sync::Arc::new(Io::from(kind));
+            assert!(is_connection_failure(&shared), "shared {kind:?}");
+        }
+        // Reading a CA file that is not there is a configuration problem.
+        for kind in [K::NotFound, K::PermissionDenied, K::InvalidData] {
+            assert!(!is_connection_failure(&Wrapped(Io::from(kind))), "{kind:?}");
         }
     }
 

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use dlock_core::{LockKey, Result};
 use dlock_etcd::{EtcdConfig, EtcdLock};
-use dlock_testkit::LockFactory;
 use dlock_testkit::launcher::{Etcd, shared};
+use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct EtcdFactory {
     pub config: EtcdConfig,
@@ -33,6 +34,16 @@ impl EtcdFactory {
     }
 }
 
+impl EtcdFactory {
+    /// This factory's config, its endpoints at `addrs`.
+    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: addrs.iter().map(|a| format!("http://{a}")).collect(),
+            ..self.config.clone()
+        }
+    }
+}
+
 impl LockFactory for EtcdFactory {
     type Lock = EtcdLock;
 
@@ -50,6 +61,26 @@ impl LockFactory for EtcdFactory {
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
+    }
+
+    fn breaks_links(&self) -> bool {
+        true
+    }
+
+    async fn linked_client(&self) -> Result<Linked<EtcdLock>> {
+        let upstreams = self
+            .config
+            .endpoints
+            .iter()
+            .map(|e| socket_addr(e))
+            .collect::<Result<Vec<_>>>()?;
+        let link = Link::to(&upstreams).await?;
+        let lock = EtcdLock::connect(self.config_at(&link.addrs())).await?;
+        Ok(Linked { lock, link })
+    }
+
+    async fn unreachable_client(&self) -> Result<EtcdLock> {
+        EtcdLock::connect(self.config_at(&nowhere(self.config.endpoints.len())?)).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {

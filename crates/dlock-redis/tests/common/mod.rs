@@ -6,12 +6,16 @@ use std::sync::Arc;
 
 use dlock_core::Result;
 use dlock_redis::{RedisConfig, RedisLock};
-use dlock_testkit::LockFactory;
 use dlock_testkit::launcher::{Redis, shared};
+use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct RedisFactory {
     pub config: RedisConfig,
     admin: RedisLock,
+    /// Whether clients over a breakable link are offered: not on a Cluster,
+    /// whose client finds the other masters itself (past any proxy).
+    links: bool,
     _server: Option<Arc<Redis>>,
 }
 
@@ -23,6 +27,7 @@ impl RedisFactory {
         RedisFactory {
             config,
             admin,
+            links: false,
             _server: server.map(Arc::new),
         }
     }
@@ -30,11 +35,21 @@ impl RedisFactory {
     /// Over the shared single Redis.
     pub async fn shared() -> Self {
         let endpoint = shared::redis().await.expect("a redis server for the tests");
-        Self::new(
+        let mut factory = Self::new(
             RedisConfig::from_url(endpoint.addresses[0].clone()),
             endpoint.server,
         )
-        .await
+        .await;
+        factory.links = true;
+        factory
+    }
+
+    /// This factory's config, pointed at `addr`.
+    fn config_at(&self, addr: std::net::SocketAddr) -> RedisConfig {
+        RedisConfig {
+            url: format!("redis://{addr}"),
+            ..self.config.clone()
+        }
     }
 }
 
@@ -55,5 +70,19 @@ impl LockFactory for RedisFactory {
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
+    }
+
+    fn breaks_links(&self) -> bool {
+        self.links
+    }
+
+    async fn linked_client(&self) -> Result<Linked<RedisLock>> {
+        let link = Link::to(&[socket_addr(&self.config.url)?]).await?;
+        let lock = RedisLock::connect(self.config_at(link.addrs()[0])).await?;
+        Ok(Linked { lock, link })
+    }
+
+    async fn unreachable_client(&self) -> Result<RedisLock> {
+        RedisLock::connect(self.config_at(nowhere(1)?[0])).await
     }
 }

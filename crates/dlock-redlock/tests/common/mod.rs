@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use dlock_core::Result;
 use dlock_redlock::{Redlock, RedlockConfig};
-use dlock_testkit::LockFactory;
 use dlock_testkit::launcher::{Redis, shared};
+use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct RedlockFactory {
     pub config: RedlockConfig,
@@ -37,6 +38,16 @@ impl RedlockFactory {
     }
 }
 
+impl RedlockFactory {
+    /// This factory's config, its nodes at `addrs`.
+    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> RedlockConfig {
+        RedlockConfig {
+            nodes: addrs.iter().map(|a| format!("redis://{a}")).collect(),
+            ..self.config.clone()
+        }
+    }
+}
+
 impl LockFactory for RedlockFactory {
     type Lock = Redlock;
 
@@ -54,5 +65,26 @@ impl LockFactory for RedlockFactory {
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
+    }
+
+    fn breaks_links(&self) -> bool {
+        true
+    }
+
+    /// All five nodes behind one link: they fail together.
+    async fn linked_client(&self) -> Result<Linked<Redlock>> {
+        let upstreams = self
+            .config
+            .nodes
+            .iter()
+            .map(|n| socket_addr(n))
+            .collect::<Result<Vec<_>>>()?;
+        let link = Link::to(&upstreams).await?;
+        let lock = Redlock::connect(self.config_at(&link.addrs())).await?;
+        Ok(Linked { lock, link })
+    }
+
+    async fn unreachable_client(&self) -> Result<Redlock> {
+        Redlock::connect(self.config_at(&nowhere(self.config.nodes.len())?)).await
     }
 }

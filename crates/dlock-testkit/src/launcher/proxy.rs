@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,7 +23,10 @@ pub enum Fault {
     /// request/reply round trip gains twice this).
     Delay(Duration),
     /// Accept and read, forward nothing, answer nothing: a silent network.
-    /// Data read while blackholed is dropped for good.
+    /// Data read while blackholed is dropped for good, so a connection that
+    /// lost data is reset when the blackhole ends, as TCP would have given
+    /// up on it (a byte stream with a hole in it is not one any client can
+    /// read on); connections that lost nothing carry on.
     Blackhole,
     /// Reset every open connection (TCP RST) and every new one.
     Reset,
@@ -48,6 +52,15 @@ impl FaultProxy {
     ///
     /// If no loopback port can be bound or `upstream` is not on loopback.
     pub async fn start(upstream: SocketAddr) -> Result<Self, LaunchError> {
+        Self::start_switched(upstream, Arc::new(watch::channel(Fault::None).0)).await
+    }
+
+    /// Starts a proxy whose fault is `fault`'s: several proxies sharing one
+    /// switch fail together (a [`Link`](crate::Link) to many nodes).
+    pub(crate) async fn start_switched(
+        upstream: SocketAddr,
+        fault: Arc<watch::Sender<Fault>>,
+    ) -> Result<Self, LaunchError> {
         if !upstream.ip().is_loopback() {
             return Err(LaunchError(format!(
                 "the fault proxy only forwards to loopback, not {upstream}"
@@ -55,12 +68,11 @@ impl FaultProxy {
         }
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (tx, rx) = watch::channel(Fault::None);
-        let task = tokio::spawn(accept_loop(listener, upstream, rx));
+        let task = tokio::spawn(accept_loop(listener, upstream, fault.subscribe()));
         Ok(FaultProxy {
             addr,
             upstream,
-            fault: Arc::new(tx),
+            fault,
             task,
         })
     }
@@ -129,10 +141,18 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut fault: watc
         let (mut cr, mut cw) = client.split();
         let (mut sr, mut sw) = server.split();
         let (f1, f2) = (fault.clone(), fault.clone());
+        // Set when a blackhole dropped data of this connection.
+        let holed = AtomicBool::new(false);
         tokio::select! {
-            r = pump(&mut cr, &mut sw, f1) => r,
-            r = pump(&mut sr, &mut cw, f2) => r,
-            () = async { let _ = fault.wait_for(|f| *f == Fault::Reset).await; } => true,
+            r = pump(&mut cr, &mut sw, f1, &holed) => r,
+            r = pump(&mut sr, &mut cw, f2, &holed) => r,
+            () = async {
+                let _ = fault
+                    .wait_for(|f| {
+                        *f == Fault::Reset || (*f != Fault::Blackhole && holed.load(Ordering::SeqCst))
+                    })
+                    .await;
+            } => true,
         }
     };
     if ended_by_reset {
@@ -141,12 +161,13 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut fault: watc
     }
 }
 
-/// Copies one direction under the current fault. Returns `true` if it ended
-/// because of a reset.
+/// Copies one direction under the current fault, setting `holed` when a
+/// blackhole drops data. Returns `true` if it ended because of a reset.
 async fn pump(
     from: &mut (impl AsyncReadExt + Unpin),
     to: &mut (impl AsyncWriteExt + Unpin),
     mut fault: watch::Receiver<Fault>,
+    holed: &AtomicBool,
 ) -> bool {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -172,6 +193,7 @@ async fn pump(
             }
         }
         if *fault.borrow() == Fault::Blackhole {
+            holed.store(true, Ordering::SeqCst);
             continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {

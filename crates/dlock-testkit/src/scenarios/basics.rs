@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 use dlock_core::{Error, Guard, Lock, LockKey, Wait};
 
 use super::Ctx;
+use crate::LockFactory;
+use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, within};
-use crate::{LockFactory, ensure};
 
 /// Acquire, release, acquire again: the second grant's token is higher (or
 /// both are `None` where the backend does not fence).

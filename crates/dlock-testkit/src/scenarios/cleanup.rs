@@ -5,8 +5,9 @@ use std::time::Duration;
 use dlock_core::{Error, Guard, Lock, Wait};
 
 use super::Ctx;
+use crate::LockFactory;
+use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, within};
-use crate::{LockFactory, ensure};
 
 /// Dropping a guard releases the lock well before its TTL.
 pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
@@ -76,6 +77,13 @@ pub async fn namespace_clean_after_use<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     for i in 0..4 {
         let k = ctx.key(&format!("mix/{i}"));
         let g = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+        if i == 0 {
+            // A residue that lists nothing would hide every leak from the kit.
+            ensure!(
+                !ctx.factory().residue(ctx.namespace()).await?.is_empty(),
+                "the factory's residue() lists nothing while a lock is held: the kit could not see what a driver leaves behind"
+            );
+        }
         let r = b
             .acquire(
                 &k,

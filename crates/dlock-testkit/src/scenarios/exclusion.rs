@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use dlock_core::{FenceGate, Guard, Lock};
 
 use super::Ctx;
+use crate::LockFactory;
 use crate::history::{History, Op};
+use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, within};
-use crate::{LockFactory, ensure};
 
 /// N clients x M rounds increment a non-atomic shared counter under the lock
 /// (read, yield, write) and write it through a `FenceGate`: the final count is
@@ -163,9 +164,6 @@ pub async fn release_wakes_waiter<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// Waiters are granted in the order they started waiting (FIFO backends only).
 pub async fn fifo_waiters<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
-    if !ctx.caps().fifo {
-        return Ok(Verdict::Skipped("the backend does not promise FIFO"));
-    }
     let k = ctx.key("fifo");
     let t = ctx.timing();
     let holder = ctx.client().await?;

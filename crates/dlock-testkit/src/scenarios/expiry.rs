@@ -7,8 +7,9 @@ use std::time::Instant;
 use dlock_core::{Error, Guard, Lock, Wait};
 
 use super::{Ctx, lost_or_not_held};
+use crate::LockFactory;
+use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, wait_until, within};
-use crate::{LockFactory, ensure};
 
 /// A holder whose lock expired cannot release or extend it once another
 /// client holds the key; the new holder keeps it.

@@ -3,15 +3,13 @@
 use dlock_core::{FenceGate, Guard, Lock, Wait};
 
 use super::Ctx;
+use crate::LockFactory;
 use crate::history::{History, Op};
+use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, within};
-use crate::{LockFactory, ensure};
 
 /// Grants taken in turn by three clients carry strictly increasing tokens.
 pub async fn tokens_increase_across_clients<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
-    if !ctx.caps().fences() {
-        return Ok(Verdict::Skipped("the backend gives no fencing tokens"));
-    }
     let clients = [ctx.client().await?, ctx.client().await?, ctx.client().await?];
     let k = ctx.key("tokens");
     let mut last = None;
@@ -33,9 +31,6 @@ pub async fn tokens_increase_across_clients<F: LockFactory>(ctx: Ctx<F>) -> Outc
 /// After a newer holder wrote through the fence, the expired holder's write
 /// is rejected.
 pub async fn fenced_stale_write_rejected<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
-    if !ctx.caps().fences() {
-        return Ok(Verdict::Skipped("the backend gives no fencing tokens"));
-    }
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("fenced");
     let t = ctx.timing();

@@ -6,7 +6,7 @@
 //! backend's shortest TTL, and leaves nothing behind: the runner checks the
 //! namespace after each one.
 //!
-//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup` (all
+//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links` (all
 //! re-exported here). The one list of scenarios, which makes both the test
 //! functions and the runner's table, is `__with_scenarios!` in the runner.
 
@@ -23,12 +23,14 @@ mod cleanup;
 mod exclusion;
 mod expiry;
 mod fencing;
+mod links;
 
 pub use basics::*;
 pub use cleanup::*;
 pub use exclusion::*;
 pub use expiry::*;
 pub use fencing::*;
+pub use links::*;
 
 /// Timings a scenario uses, scaled from the backend's shortest TTL with
 /// generous bounds (the CI machine has 2 shared cores).
@@ -138,6 +140,15 @@ impl<F: LockFactory> Ctx<F> {
     /// A [`Failure`] if the factory cannot make one.
     pub async fn client(&self) -> Result<F::Lock, Failure> {
         Ok(self.inner.factory.client().await?)
+    }
+
+    /// A new independent client over a link the scenario breaks.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] if the factory cannot make one.
+    pub async fn linked_client(&self) -> Result<crate::Linked<F::Lock>, Failure> {
+        Ok(self.inner.factory.linked_client().await?)
     }
 
     /// Options with this TTL, waiting at most [`Timing::prompt`].

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{LockKey, Result};
-use dlock_testkit::LockFactory;
 use dlock_testkit::launcher::{ZooKeeper, shared};
+use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::{Link, Linked, LockFactory};
 use dlock_zk::{ZkConfig, ZkLock};
 
 /// Short sessions: a crashed holder is freed within this.
@@ -42,6 +43,25 @@ impl ZkFactory {
     }
 }
 
+impl ZkFactory {
+    /// This factory's config, its servers at `addrs`.
+    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> ZkConfig {
+        ZkConfig {
+            connect: addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            ..self.config.clone()
+        }
+    }
+
+    fn upstreams(&self) -> Result<Vec<std::net::SocketAddr>> {
+        let hosts = self.config.connect.split('/').next().unwrap_or_default();
+        hosts.split(',').map(socket_addr).collect()
+    }
+}
+
 impl LockFactory for ZkFactory {
     type Lock = ZkLock;
 
@@ -59,6 +79,20 @@ impl LockFactory for ZkFactory {
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
+    }
+
+    fn breaks_links(&self) -> bool {
+        true
+    }
+
+    async fn linked_client(&self) -> Result<Linked<ZkLock>> {
+        let link = Link::to(&self.upstreams()?).await?;
+        let lock = ZkLock::connect(self.config_at(&link.addrs())).await?;
+        Ok(Linked { lock, link })
+    }
+
+    async fn unreachable_client(&self) -> Result<ZkLock> {
+        ZkLock::connect(self.config_at(&nowhere(self.upstreams()?.len())?)).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
