@@ -171,7 +171,17 @@ impl NaiveLock {
                 Fault::None => return Ok(()),
                 Fault::Delay(d) => {
                     tokio::time::sleep(d).await;
-                    return Ok(());
+                    // As the proxy does: what was on its way when the link
+                    // went silent or was reset is lost.
+                    let now = *link.borrow();
+                    return match now {
+                        Fault::Blackhole => {
+                            tokio::time::sleep(REQUEST_TIMEOUT).await;
+                            Err(Error::unavailable(BACKEND, "no reply within the request timeout"))
+                        }
+                        Fault::Reset => Err(Error::unavailable(BACKEND, "connection reset")),
+                        _ => Ok(()),
+                    };
                 }
                 Fault::Blackhole => {
                     tokio::time::sleep(REQUEST_TIMEOUT).await;
@@ -221,11 +231,13 @@ impl NaiveLock {
         }
     }
 
-    /// Releases `owner`'s hold on `key` over the link, retried for a while.
+    /// Releases `owner`'s hold on `key` over the link, retried for a few
+    /// seconds (the kit's TTLs outlast that: past it, the TTL frees it).
     fn release_in_background(&self, key: LockKey, owner: u64) {
         let me = self.clone();
         dlock_core::driver::spawn_detached("naive release", async move {
-            for _ in 0..50 {
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until && !me.crashed.load(Ordering::SeqCst) {
                 if me.call(|| me.release_owner(&key, owner)).await.is_ok() {
                     return;
                 }
@@ -375,7 +387,10 @@ async fn monitor(
             return fire(&lost);
         }
         let renew_due = opts.auto_extend
-            && dlock_core::driver::saturating_add(Instant::now(), opts.ttl * 2 / 3) >= deadline;
+            && dlock_core::driver::saturating_add(
+                Instant::now(),
+                opts.ttl.min(dlock_core::driver::FAR_FUTURE) / 3 * 2,
+            ) >= deadline;
         // Ok(false): the server says the lock is gone; Err: no answer.
         let check = async {
             if renew_due {
@@ -393,7 +408,10 @@ async fn monitor(
         let verdict = if heeds_deadline {
             tokio::select! {
                 r = check => r,
-                () = tokio::time::sleep_until(deadline.into()) => Ok(false),
+                // Out of time, unless an extend moved the deadline meanwhile.
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    Ok(Instant::now() < *local_deadline.lock().unwrap_or_else(PoisonError::into_inner))
+                }
             }
         } else {
             check.await
@@ -509,11 +527,12 @@ impl Guard for NaiveGuard {
     }
     async fn release(mut self) -> Result<()> {
         self.monitor.abort();
-        self.released = true;
+        // Dropped before the reply, `Drop` releases in the background.
         let r = self
             .lock
             .call(|| self.lock.release_owner(&self.key, self.owner))
             .await;
+        self.released = true;
         if self.lock.flaw != Flaw::LostNeverFires {
             self.trigger.fire();
         }
@@ -534,6 +553,9 @@ impl Drop for NaiveGuard {
         self.monitor.abort();
         if !self.released && !self.lock.crashed.load(Ordering::SeqCst) {
             self.lock.release_in_background(self.key.clone(), self.owner);
+        }
+        if self.lock.flaw != Flaw::LostNeverFires {
+            self.trigger.fire();
         }
     }
 }

@@ -28,7 +28,9 @@
 //! dlock-testkit = "0.1"
 //! ```
 //!
-//! `tests/conformance.rs` holds the factory and the macro call. The factory
+//! `tests/conformance.rs` holds the factory and the macro call (our drivers
+//! keep the factory in `tests/common/mod.rs`, shared by their other test
+//! files). The factory
 //! below starts a private server and **owns** it: the launcher's handle lives
 //! in the factory (behind an `Arc`), so the server stops when the test that
 //! made the factory ends, and no scenario can outlive its server.
@@ -49,7 +51,7 @@
 //!
 //! /// Clients of one private server, which it owns.
 //! struct FooFactory {
-//!     server: Arc<Redis>,
+//!     _server: Arc<Redis>,
 //!     addr: SocketAddr,
 //!     admin: FooLock,
 //! }
@@ -90,7 +92,7 @@
 //!     let server = Redis::start().await.expect("a redis-server");
 //!     let addr = server.addrs()[0];
 //!     let admin = connect(addr).await.expect("a client");
-//!     FooFactory { server: Arc::new(server), addr, admin }
+//!     FooFactory { _server: Arc::new(server), addr, admin }
 //! }
 //!
 //! // FooLock promises no FIFO order.
@@ -107,10 +109,10 @@
 //! | method | must | checked by |
 //! |---|---|---|
 //! | `client` | return an independent client (own connections, own session) | the exclusion scenarios: two clients sharing a session would share its locks |
-//! | `abandon` | silence the client without releasing anything | `expiry_frees_vanished_holder`: the lock must come free by its TTL, not sooner by a release |
+//! | `abandon` | silence the client without releasing anything | `expiry_frees_vanished_holder`: the lock must come free by its TTL (no sooner than half of it), not by a release |
 //! | `residue` | list what the backend keeps under the namespace: lock keys, nodes, waiter entries | after every scenario the namespace must empty within the slack; `namespace_clean_after_use` fails if it lists nothing while a lock is held |
 //! | `contenders` | count holder plus waiters of a key (FIFO backends must) | `fifo_waiters` queues waiters by it |
-//! | `breaks_links` | say `true` for a network driver | the link scenarios run only then; the skip is declared and checked |
+//! | `breaks_links` | say `true` wherever every connection the client makes can be put behind a link (every network driver we ship but a Redis Cluster client, which finds the other masters itself) | the link scenarios run only then; otherwise their skips must be declared, so they show as ignored |
 //! | `linked_client` | a client whose every connection (all nodes, all endpoints) crosses a [`Link`] | a client that bypasses its link keeps renewing and fails `dead_link_fires_lost_in_time` |
 //! | `unreachable_client` | a client of closed ports ([`link::nowhere`]) | `unreachable_backend_is_unavailable` expects `Error::Unavailable` from connecting or from the first requests |
 //!
@@ -136,6 +138,8 @@ pub use factory::{LockFactory, MemFactory};
 pub use launcher::Fault;
 pub use link::{Link, Linked};
 pub use outcome::{Failure, Outcome, Verdict, wait_until, within};
+#[doc(hidden)]
+pub use runner::__block_on;
 pub use runner::{
     LINK_SCENARIOS, Report, SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, check_declared_skips,
     run_all, run_one, run_scenario_test, skip_reason, skipped_scenarios,

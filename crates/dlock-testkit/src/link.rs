@@ -10,12 +10,12 @@
 //! consults [`Link::watch`] on every call.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dlock_core::{Error, Result};
 use tokio::sync::watch;
 
-use crate::launcher::{Fault, FaultProxy, free_ports};
+use crate::launcher::{Fault, FaultProxy};
 
 const BACKEND: &str = "testkit";
 
@@ -93,18 +93,26 @@ impl Link {
     }
 }
 
-/// `n` distinct loopback addresses where nothing listens (ports just
-/// released), for a client of a backend that is not there.
+/// `n` distinct loopback addresses where nothing listens: each a port held
+/// bound (not listening) by this process for as long as it runs, so a
+/// connection is refused and no server started meanwhile can take the port.
+/// Later calls reuse the same ports.
 ///
 /// # Errors
 ///
 /// `Error::Backend` if the OS hands out no port.
 pub fn nowhere(n: usize) -> Result<Vec<SocketAddr>> {
-    Ok(free_ports(n)
-        .map_err(|e| Error::backend(BACKEND, e))?
-        .into_iter()
-        .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
-        .collect())
+    static HELD: Mutex<Vec<(SocketAddr, tokio::net::TcpSocket)>> = Mutex::new(Vec::new());
+    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    while held.len() < n {
+        let socket = tokio::net::TcpSocket::new_v4().map_err(|e| Error::backend(BACKEND, e))?;
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .map_err(|e| Error::backend(BACKEND, e))?;
+        let addr = socket.local_addr().map_err(|e| Error::backend(BACKEND, e))?;
+        held.push((addr, socket));
+    }
+    Ok(held.iter().take(n).map(|(addr, _)| *addr).collect())
 }
 
 /// The `host:port` of an address written as a URL (`redis://127.0.0.1:6379`,
@@ -144,10 +152,19 @@ mod tests {
     }
 
     #[test]
-    fn nowhere_gives_distinct_loopback_addresses() {
+    fn nowhere_refuses_connections_on_distinct_held_ports() {
         let a = nowhere(3).unwrap();
         assert_eq!(a.len(), 3);
         assert!(a.iter().all(|s| s.ip().is_loopback()));
         assert!(a[0] != a[1] && a[1] != a[2] && a[0] != a[2]);
+        assert_eq!(nowhere(2).unwrap(), a[..2], "the same ports again");
+        for addr in &a {
+            let e = std::net::TcpStream::connect(addr).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{addr}");
+            assert!(
+                std::net::TcpListener::bind(addr).is_err(),
+                "{addr} could be taken"
+            );
+        }
     }
 }

@@ -303,8 +303,10 @@ where
 /// exactly what the backend's capabilities skip. A scenario that turns out
 /// skipped without being declared fails, saying so.
 ///
-/// The calling crate needs only `dlock-testkit` (under that name) as a
-/// dev-dependency: the macro brings its own `tokio`.
+/// The calling crate needs only `dlock-testkit` as a dev-dependency: the
+/// macro brings its own `tokio`. One call per module (it defines a module
+/// named `conformance`): to run the kit against two configurations in one
+/// test file, put each call in a module of its own.
 ///
 /// ```
 /// async fn factory() -> dlock_testkit::MemFactory {
@@ -326,7 +328,9 @@ macro_rules! conformance_tests {
 }
 
 /// Implementation detail of [`conformance_tests!`]: `$d` is a `$`, so the
-/// module can define its own macro (one arm per declared skip).
+/// module can define its own macro (one arm per declared skip). Each test is
+/// a plain `#[test]` running the scenario on the kit's own Tokio runtime
+/// builder, so the calling crate needs no `tokio` of its own.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __dlock_conformance_tests {
@@ -335,20 +339,23 @@ macro_rules! __dlock_conformance_tests {
             #[allow(unused_imports)]
             use super::*;
 
+            // A declared skip that names no scenario fails to compile here.
+            $(#[allow(unused_imports)] use $crate::scenarios::$skip as _;)*
+
             macro_rules! __dlock_test {
                 $(
                     ($skip) => {
-                        #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
+                        #[test]
                         #[ignore = "skipped: not for this backend (see declared_skips_match_the_backend)"]
-                        async fn $skip() {
-                            $crate::run_scenario_test(stringify!($skip), &[stringify!($skip)], $make).await;
+                        fn $skip() {
+                            $crate::__block_on($crate::run_scenario_test(stringify!($skip), &[stringify!($skip)], $make));
                         }
                     };
                 )*
                 ($d name:ident) => {
-                    #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
-                    async fn $d name() {
-                        $crate::run_scenario_test(stringify!($d name), &[$(stringify!($skip)),*], $make).await;
+                    #[test]
+                    fn $d name() {
+                        $crate::__block_on($crate::run_scenario_test(stringify!($d name), &[$(stringify!($skip)),*], $make));
                     }
                 };
             }
@@ -359,10 +366,59 @@ macro_rules! __dlock_conformance_tests {
 
             $crate::__with_scenarios!([__dlock_tests]());
 
-            #[$crate::__tokio::test(crate = "::dlock_testkit::__tokio", flavor = "multi_thread", worker_threads = 2)]
-            async fn declared_skips_match_the_backend() {
-                $crate::check_declared_skips(&[$(stringify!($skip)),*], $make).await;
+            #[test]
+            fn declared_skips_match_the_backend() {
+                $crate::__block_on($crate::check_declared_skips(&[$(stringify!($skip)),*], $make));
             }
         }
     };
+}
+
+/// Runs a generated test's future on a fresh two-worker Tokio runtime
+/// (implementation detail of [`conformance_tests!`]).
+///
+/// # Panics
+///
+/// If no runtime can be built, or when `fut` panics.
+#[doc(hidden)]
+pub fn __block_on<T>(fut: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime for the conformance test")
+        .block_on(fut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name `skip_reason` decides on is a scenario (a rename cannot
+    /// silently stop a skip).
+    #[test]
+    fn skip_reasons_name_real_scenarios() {
+        let names: Vec<_> = all_scenarios::<crate::MemFactory>()
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        for name in LINK_SCENARIOS.iter().chain(&[
+            "fifo_waiters",
+            "tokens_increase_across_clients",
+            "fenced_stale_write_rejected",
+        ]) {
+            assert!(names.contains(name), "{name} is not a scenario");
+        }
+        let none = Capabilities::new(
+            dlock_core::Fencing::None,
+            false,
+            dlock_core::Waiting::Polled,
+            std::time::Duration::from_millis(1),
+        );
+        let skipped: Vec<_> = names
+            .iter()
+            .filter(|n| skip_reason(n, none, false).is_some())
+            .collect();
+        assert_eq!(skipped.len(), 3 + LINK_SCENARIOS.len(), "{skipped:?}");
+    }
 }

@@ -2,7 +2,7 @@
 //! scenario, while the same driver without a flaw passes every scenario.
 
 use dlock_testkit::broken::{Flaw, NaiveFactory};
-use dlock_testkit::run_all;
+use dlock_testkit::{MemFactory, all_scenarios, run_all, run_one};
 
 async fn naive() -> NaiveFactory {
     NaiveFactory::new(Flaw::None)
@@ -17,15 +17,18 @@ macro_rules! caught {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
             let flaw = $flaw;
-            let report = run_all(|| async move { NaiveFactory::new(flaw) }, true).await;
-            eprintln!("{flaw:?}:\n{report}");
-            let caught = report.first_failure().map(|(name, _)| name);
-            assert_eq!(caught, Some($by), "{flaw:?} was not caught by {}:\n{report}", $by);
+            let scenario = all_scenarios::<NaiveFactory>()
+                .into_iter()
+                .find(|s| s.name == $by)
+                .expect("a scenario of that name");
+            let outcome = run_one(NaiveFactory::new(flaw), &scenario).await;
+            eprintln!("{flaw:?} in {}: {outcome:?}", $by);
+            assert!(outcome.is_err(), "{} did not catch {flaw:?}: {outcome:?}", $by);
         }
     )*};
 }
 
-// Each flaw, and the first scenario that catches it.
+// Each flaw, and the scenario meant to catch it.
 caught! {
     caught_grants_to_everyone: Flaw::GrantsToEveryone => "try_acquire_held_and_free",
     caught_reuses_tokens: Flaw::ReusesTokens => "acquire_release_reacquire",
@@ -38,4 +41,32 @@ caught! {
     caught_unreachable_looks_held: Flaw::UnreachableLooksHeld => "unreachable_backend_is_unavailable",
     caught_release_ignores_link_errors: Flaw::ReleaseIgnoresLinkErrors => "failed_release_is_not_ok",
     caught_lost_only_when_heard: Flaw::LostOnlyWhenHeard => "dead_link_fires_lost_in_time",
+}
+
+/// `run_all` reports every scenario and the counts; a flaw stops it at the
+/// first failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_counts_passes_skips_and_failures() {
+    let report = run_all(|| async { NaiveFactory::new(Flaw::ReusesTokens) }, true).await;
+    assert_eq!(
+        (report.passed(), report.skipped(), report.failed()),
+        (0, 0, 1),
+        "{report}"
+    );
+    assert!(
+        report.to_string().ends_with("0 passed, 0 skipped, 1 failed"),
+        "{report}"
+    );
+    assert_eq!(
+        report.first_failure().map(|(n, _)| n),
+        Some("acquire_release_reacquire")
+    );
+
+    let report = run_all(|| async { MemFactory::new() }, false).await;
+    let links = dlock_testkit::LINK_SCENARIOS.len();
+    assert_eq!(
+        (report.passed(), report.skipped(), report.failed()),
+        (all_scenarios::<MemFactory>().len() - links, links, 0),
+        "{report}"
+    );
 }

@@ -35,12 +35,20 @@ impl EtcdFactory {
 }
 
 impl EtcdFactory {
-    /// This factory's config, its endpoints at `addrs`.
-    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> EtcdConfig {
-        EtcdConfig {
-            endpoints: addrs.iter().map(|a| format!("http://{a}")).collect(),
+    /// This factory's config, its endpoints at `addrs` (scheme and path
+    /// kept).
+    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> Result<EtcdConfig> {
+        let endpoints = self
+            .config
+            .endpoints
+            .iter()
+            .zip(addrs)
+            .map(|(url, addr)| Ok(url.replacen(&socket_addr(url)?.to_string(), &addr.to_string(), 1)))
+            .collect::<Result<_>>()?;
+        Ok(EtcdConfig {
+            endpoints,
             ..self.config.clone()
-        }
+        })
     }
 }
 
@@ -75,12 +83,12 @@ impl LockFactory for EtcdFactory {
             .map(|e| socket_addr(e))
             .collect::<Result<Vec<_>>>()?;
         let link = Link::to(&upstreams).await?;
-        let lock = EtcdLock::connect(self.config_at(&link.addrs())).await?;
+        let lock = EtcdLock::connect(self.config_at(&link.addrs())?).await?;
         Ok(Linked { lock, link })
     }
 
     async fn unreachable_client(&self) -> Result<EtcdLock> {
-        EtcdLock::connect(self.config_at(&nowhere(self.config.endpoints.len())?)).await
+        EtcdLock::connect(self.config_at(&nowhere(self.config.endpoints.len())?)?).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {

@@ -44,12 +44,14 @@ impl RedisFactory {
         factory
     }
 
-    /// This factory's config, pointed at `addr`.
-    fn config_at(&self, addr: std::net::SocketAddr) -> RedisConfig {
-        RedisConfig {
-            url: format!("redis://{addr}"),
+    /// This factory's config, pointed at `addr` (credentials, database and
+    /// options kept).
+    fn config_at(&self, addr: std::net::SocketAddr) -> Result<RedisConfig> {
+        let server = socket_addr(&self.config.url)?.to_string();
+        Ok(RedisConfig {
+            url: self.config.url.replacen(&server, &addr.to_string(), 1),
             ..self.config.clone()
-        }
+        })
     }
 }
 
@@ -78,11 +80,11 @@ impl LockFactory for RedisFactory {
 
     async fn linked_client(&self) -> Result<Linked<RedisLock>> {
         let link = Link::to(&[socket_addr(&self.config.url)?]).await?;
-        let lock = RedisLock::connect(self.config_at(link.addrs()[0])).await?;
+        let lock = RedisLock::connect(self.config_at(link.addrs()[0])?).await?;
         Ok(Linked { lock, link })
     }
 
     async fn unreachable_client(&self) -> Result<RedisLock> {
-        RedisLock::connect(self.config_at(nowhere(1)?[0])).await
+        RedisLock::connect(self.config_at(nowhere(1)?[0])?).await
     }
 }

@@ -39,12 +39,20 @@ impl RedlockFactory {
 }
 
 impl RedlockFactory {
-    /// This factory's config, its nodes at `addrs`.
-    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> RedlockConfig {
-        RedlockConfig {
-            nodes: addrs.iter().map(|a| format!("redis://{a}")).collect(),
+    /// This factory's config, its nodes at `addrs` (credentials, database
+    /// and options kept).
+    fn config_at(&self, addrs: &[std::net::SocketAddr]) -> Result<RedlockConfig> {
+        let nodes = self
+            .config
+            .nodes
+            .iter()
+            .zip(addrs)
+            .map(|(url, addr)| Ok(url.replacen(&socket_addr(url)?.to_string(), &addr.to_string(), 1)))
+            .collect::<Result<_>>()?;
+        Ok(RedlockConfig {
+            nodes,
             ..self.config.clone()
-        }
+        })
     }
 }
 
@@ -80,11 +88,11 @@ impl LockFactory for RedlockFactory {
             .map(|n| socket_addr(n))
             .collect::<Result<Vec<_>>>()?;
         let link = Link::to(&upstreams).await?;
-        let lock = Redlock::connect(self.config_at(&link.addrs())).await?;
+        let lock = Redlock::connect(self.config_at(&link.addrs())?).await?;
         Ok(Linked { lock, link })
     }
 
     async fn unreachable_client(&self) -> Result<Redlock> {
-        Redlock::connect(self.config_at(&nowhere(self.config.nodes.len())?)).await
+        Redlock::connect(self.config_at(&nowhere(self.config.nodes.len())?)?).await
     }
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -163,41 +163,72 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut fault: watc
 
 /// Copies one direction under the current fault, setting `holed` when a
 /// blackhole drops data. Returns `true` if it ended because of a reset.
+///
+/// A delay is latency, not a throttle: each chunk is due `d` after it was
+/// read, and chunks read meanwhile are on their way too (a reader queues,
+/// a writer delivers in order at the due times), so a delayed link adds `d`
+/// to every crossing, however many are in flight. The fault at the moment
+/// of delivery decides what happens to a chunk (a blackhole that begins
+/// while a chunk is delayed swallows it).
 async fn pump(
     from: &mut (impl AsyncReadExt + Unpin),
     to: &mut (impl AsyncWriteExt + Unpin),
-    mut fault: watch::Receiver<Fault>,
+    fault: watch::Receiver<Fault>,
     holed: &AtomicBool,
 ) -> bool {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => n,
-        };
+    let (queue, mut due) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let mut read_fault = fault.clone();
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
         loop {
-            let current = *fault.borrow_and_update();
-            match current {
-                Fault::None => break,
-                Fault::Delay(d) => {
-                    tokio::time::sleep(d).await;
-                    break;
-                }
-                Fault::Blackhole => break,
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            let delay = match *read_fault.borrow_and_update() {
+                Fault::Delay(d) => d,
                 Fault::Reset => return true,
-                Fault::Pause => {
-                    if fault.changed().await.is_err() {
-                        return true;
+                _ => Duration::ZERO,
+            };
+            let at = Instant::now().checked_add(delay).unwrap_or_else(Instant::now);
+            if queue.send((at, buf[..n].to_vec())).is_err() {
+                return false;
+            }
+        }
+    };
+    let writer = async {
+        let mut fault = fault;
+        while let Some((at, chunk)) = due.recv().await {
+            tokio::time::sleep_until(at.into()).await;
+            loop {
+                let current = *fault.borrow_and_update();
+                match current {
+                    Fault::Reset => return true,
+                    Fault::Pause => {
+                        if fault.changed().await.is_err() {
+                            return true;
+                        }
+                    }
+                    Fault::Blackhole => {
+                        holed.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    Fault::None | Fault::Delay(_) => {
+                        if to.write_all(&chunk).await.is_err() {
+                            return false;
+                        }
+                        break;
                     }
                 }
             }
         }
-        if *fault.borrow() == Fault::Blackhole {
-            holed.store(true, Ordering::SeqCst);
-            continue;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return false;
-        }
+        false
+    };
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        // The reader ended: a reset ends at once; at the end of the stream,
+        // what is on its way is still delivered.
+        reset = &mut reader => reset || writer.await,
+        ended = &mut writer => ended,
     }
 }

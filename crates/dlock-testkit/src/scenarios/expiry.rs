@@ -90,6 +90,7 @@ pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> Outcom
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("vanish");
     let t = ctx.timing();
+    let sent = Instant::now();
     let ga = a.acquire(&k, ctx.opts(t.short_ttl)).await?;
     ctx.factory().abandon(&a).await;
     drop(ga);
@@ -99,7 +100,14 @@ pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> Outcom
         async { b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever)).await },
     )
     .await??;
+    let after = sent.elapsed();
     gb.release().await?;
+    // Freed by its TTL, not by a release the vanished client still sent.
+    ensure!(
+        after >= t.short_ttl / 2,
+        "the vanished holder's lock was granted again after {after:?}, before its TTL of {:?} could run out: abandon() released it",
+        t.short_ttl
+    );
     Ok(Verdict::Passed)
 }
 

@@ -142,6 +142,14 @@ impl<F: LockFactory> Ctx<F> {
         Ok(self.inner.factory.client().await?)
     }
 
+    /// `Some(Verdict::Skipped(why))` when the scenario `name` does not apply
+    /// to this backend ([`skip_reason`](crate::skip_reason)), so a scenario
+    /// called directly skips itself as the runner would skip it.
+    pub fn skipped(&self, name: &str) -> Option<crate::Verdict> {
+        crate::skip_reason(name, self.inner.caps, self.inner.factory.breaks_links())
+            .map(crate::Verdict::Skipped)
+    }
+
     /// A new independent client over a link the scenario breaks.
     ///
     /// # Errors

@@ -44,14 +44,13 @@ impl ZkFactory {
 }
 
 impl ZkFactory {
-    /// This factory's config, its servers at `addrs`.
+    /// This factory's config, its servers at `addrs` (a chroot kept).
     fn config_at(&self, addrs: &[std::net::SocketAddr]) -> ZkConfig {
+        let connect = &self.config.connect;
+        let chroot = connect.find('/').map_or("", |i| &connect[i..]);
+        let hosts: Vec<_> = addrs.iter().map(ToString::to_string).collect();
         ZkConfig {
-            connect: addrs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
+            connect: format!("{}{chroot}", hosts.join(",")),
             ..self.config.clone()
         }
     }
