@@ -1,4 +1,4 @@
-//! `cargo xtask demo`: the contention demo (`crates/dlock/examples/contention.rs`)
+//! `cargo xtask demo`: the contention demo (`crates/distlock/examples/contention.rs`)
 //! on every backend whose server this machine can start, in one table.
 
 use dlock_testkit::launcher::missing_packages;
@@ -19,7 +19,7 @@ pub async fn run() -> Result<(), String> {
                 "run",
                 "--quiet",
                 "-p",
-                "dlock",
+                "distlock",
                 "--example",
                 "contention",
                 "--",
@@ -34,7 +34,7 @@ pub async fn run() -> Result<(), String> {
         "run".to_owned(),
         "--quiet".to_owned(),
         "-p".to_owned(),
-        "dlock".to_owned(),
+        "distlock".to_owned(),
         "--features".to_owned(),
         "full".to_owned(),
         "--example".to_owned(),

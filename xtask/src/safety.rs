@@ -47,7 +47,15 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         // "processes": every backend with each client in its own process.
         let package = format!("dlock-{backend}");
         let args: Vec<&str> = if *backend == "processes" {
-            vec!["test", "-p", "dlock", "--features", "full", "--test", "processes"]
+            vec![
+                "test",
+                "-p",
+                "distlock",
+                "--features",
+                "full",
+                "--test",
+                "processes",
+            ]
         } else {
             vec!["test", "-p", &package, "--test", "safety"]
         };

@@ -78,6 +78,13 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
         &[],
     )
     .await?;
+    // Every intra-doc link resolves and every doc builds (docs.rs adds
+    // `--cfg docsrs` on nightly for the feature badges; stable refuses it).
+    cargo(
+        &["doc", "--workspace", "--all-features", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings".to_owned())],
+    )
+    .await?;
     // Build before starting servers, so compile time does not count against them.
     cargo(&["test", "--workspace", "--no-run"], &[]).await?;
     crate::bench::build().await?;
@@ -105,5 +112,49 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
     result?;
     // The facade alone, without the drivers the workspace build unifies in:
     // its feature-off paths ("enable the cargo feature ...") run only here.
-    cargo(&["test", "-p", "dlock", "--tests"], &[]).await
+    cargo(&["test", "-p", "distlock", "--tests"], &[]).await?;
+    package().await
+}
+
+/// Packages every published crate as `cargo publish` would (in dependency
+/// order, each verified by building it from its package against the others'),
+/// so a missing file or a manifest crates.io would refuse fails CI.
+pub async fn package() -> Result<(), String> {
+    let mut args = vec!["package", "--workspace", "--allow-dirty"];
+    for unpublished in UNPUBLISHED {
+        args.extend(["--exclude", unpublished]);
+    }
+    cargo(&args, &[]).await
+}
+
+/// The workspace's crates with `publish = false`.
+pub const UNPUBLISHED: [&str; 2] = ["dlock-bench", "xtask"];
+
+#[cfg(test)]
+mod tests {
+    /// `UNPUBLISHED` is exactly the workspace's crates that say
+    /// `publish = false`, so `cargo package` checks every other one.
+    #[test]
+    fn unpublished_is_what_the_manifests_say() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut unpublished = Vec::new();
+        let mut manifests = vec![root.join("xtask/Cargo.toml")];
+        for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+            manifests.push(entry.unwrap().path().join("Cargo.toml"));
+        }
+        for manifest in manifests {
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            if text.lines().any(|l| l.trim() == "publish = false") {
+                let name = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("name = \""))
+                    .and_then(|rest| rest.strip_suffix('"'))
+                    .unwrap()
+                    .to_owned();
+                unpublished.push(name);
+            }
+        }
+        unpublished.sort();
+        assert_eq!(unpublished, super::UNPUBLISHED);
+    }
 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock::{AcquireOptions, AnyLock, Guard, Lock, LockKey, Wait};
+use distlock::{AcquireOptions, AnyLock, Guard, Lock, LockKey, Wait};
 use futures::StreamExt;
 
 use crate::floor::Floor;
@@ -28,7 +28,7 @@ pub(crate) struct Backend {
 impl Backend {
     /// A new independent client (its own connections or session).
     pub(crate) async fn client(&self) -> Result<AnyLock, String> {
-        dlock::connect_url(&self.url)
+        distlock::connect_url(&self.url)
             .await
             .map_err(|e| format!("{}: {e}", self.name))
     }
@@ -142,10 +142,10 @@ pub(crate) async fn hot_key(
                     }
                 };
                 let now = Instant::now();
-                if let Some((from, at)) = *lock_ref(&last_release) {
-                    if from != id {
-                        lock_ref(&handoff).record(now.saturating_duration_since(at));
-                    }
+                if let Some((from, at)) = *lock_ref(&last_release)
+                    && from != id
+                {
+                    lock_ref(&handoff).record(now.saturating_duration_since(at));
                 }
                 grants += 1;
                 // The work done under the lock.
@@ -197,10 +197,10 @@ pub(crate) async fn many_keys(b: &Backend, tasks: usize, duration: Duration) -> 
             handles.push(tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < stop {
-                    if let Ok(g) = client.acquire(&k, AcquireOptions::default()).await {
-                        if g.release().await.is_ok() {
-                            n += 1;
-                        }
+                    if let Ok(g) = client.acquire(&k, AcquireOptions::default()).await
+                        && g.release().await.is_ok()
+                    {
+                        n += 1;
                     }
                 }
                 n
@@ -303,7 +303,7 @@ pub(crate) async fn fan_out(node_urls: &[String], iterations: usize) -> Result<F
 /// and after `guards` guards are held at once with auto-extend through one
 /// client. Returns (before, after) in bytes.
 pub(crate) async fn memory(url: &str, guards: usize) -> Result<(u64, u64), String> {
-    let client = dlock::connect_url(url).await.map_err(|e| e.to_string())?;
+    let client = distlock::connect_url(url).await.map_err(|e| e.to_string())?;
     // One round first, so the connection's own buffers are in the baseline.
     let g = client
         .acquire(&key("memory-warmup"), AcquireOptions::default())

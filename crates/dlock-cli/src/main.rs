@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use dlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Wait};
+use distlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Wait};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command as Child;
@@ -120,7 +120,11 @@ fn code_for(e: &Error) -> u8 {
 
 fn resolve(cli: &Cli) -> Result<Config, Error> {
     if let Some(url) = &cli.url {
-        return Config::from_url(url).map_err(|e| Error::InvalidConfig(format!("--url: {e}")));
+        return Config::from_url(url).map_err(|e| match e {
+            // Said once: "invalid configuration: --url: ...".
+            Error::InvalidConfig(why) => Error::InvalidConfig(format!("--url: {why}")),
+            other => other,
+        });
     }
     if let Some(file) = &cli.url_file {
         let text = std::fs::read_to_string(file)
@@ -132,7 +136,7 @@ fn resolve(cli: &Cli) -> Result<Config, Error> {
     if let Some(file) = &cli.config {
         return Config::from_file(file);
     }
-    dlock::Settings::from_env().map(|s| s.config)
+    distlock::Settings::from_env().map(|s| s.config)
 }
 
 /// Server data as text safe for a terminal: control characters (escape
@@ -149,7 +153,7 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-fn describe(h: &dlock::Holder) -> String {
+fn describe(h: &distlock::Holder) -> String {
     let mut s = format!("{} ({})", printable(&h.id), printable(&h.detail));
     if let Some(t) = h.token {
         s.push_str(&format!(", token {t}"));
@@ -211,7 +215,7 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
         Ok(k) => k,
         Err(e) => return fail(exit::USAGE, e),
     };
-    match dlock::holder(config, &key).await {
+    match distlock::holder(config, &key).await {
         Ok(Some(h)) => {
             println!("{key} is held by {}", describe(&h));
             ExitCode::SUCCESS
@@ -227,18 +231,18 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
     }
 }
 
-/// `--ttl`: more than zero, at most [`dlock::MAX_TTL`] (longer is almost
+/// `--ttl`: more than zero, at most [`distlock::MAX_TTL`] (longer is almost
 /// certainly a unit mistake, and would keep a crashed holder's lock that
 /// long).
 fn check_ttl(ttl: Duration) -> Result<Duration, String> {
     if ttl.is_zero() {
         return Err("--ttl: a TTL must be greater than zero".to_owned());
     }
-    if ttl > dlock::MAX_TTL {
+    if ttl > distlock::MAX_TTL {
         return Err(format!(
             "--ttl: a TTL of {} is more than the {}h allowed",
             humantime::format_duration(ttl),
-            dlock::MAX_TTL.as_secs() / 3600
+            distlock::MAX_TTL.as_secs() / 3600
         ));
     }
     Ok(ttl)
@@ -260,7 +264,7 @@ async fn run(
         Ok(t) => t,
         Err(e) => return fail(exit::USAGE, e),
     };
-    let lock = match dlock::connect(config).await {
+    let lock = match distlock::connect(config).await {
         Ok(l) => l,
         Err(e) => return fail(code_for(&e), e),
     };
@@ -270,7 +274,7 @@ async fn run(
     {
         Ok(g) => g,
         Err(Error::Timeout { .. }) => {
-            let who = match dlock::holder(config, &key).await {
+            let who = match distlock::holder(config, &key).await {
                 Ok(Some(h)) => format!(": held by {}", describe(&h)),
                 _ => String::new(),
             };

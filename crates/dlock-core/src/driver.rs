@@ -439,6 +439,24 @@ impl<T, F: FnOnce(T)> Drop for OnDrop<T, F> {
     }
 }
 
+/// The `host:port` part of `url` (or of each of its comma-separated
+/// hosts), for messages: no scheme, no credentials, no path or query.
+///
+/// ```
+/// use dlock_core::driver::endpoint_of;
+/// assert_eq!(endpoint_of("redis://:secret@10.0.0.1:6379/2"), "10.0.0.1:6379");
+/// assert_eq!(endpoint_of("http://127.0.0.1:2379"), "127.0.0.1:2379");
+/// assert_eq!(endpoint_of("h1:2181,h2:2181/chroot"), "h1:2181,h2:2181");
+/// assert_eq!(endpoint_of("redis://u:p/a@ss@h:1/0"), "h:1");
+/// ```
+pub fn endpoint_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    // Everything up to the last `@` is userinfo, whatever it holds (as in
+    // `redact_url`): a password may hold `/` or `@`.
+    let hosts = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    hosts.split(['/', '?', '#']).next().unwrap_or_default().to_owned()
+}
+
 /// `url` with its credentials hidden, for messages and `Debug`: everything
 /// between `scheme://` and the *last* `@` is userinfo (a password may hold
 /// `/`, `?`, `#` or `@` unescaped; hiding too much is better than printing

@@ -52,8 +52,11 @@ pub enum Error {
     /// A configuration value or URL was refused.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// The backend could not be reached, or has no quorum.
-    #[error("{backend} unavailable: {source}")]
+    /// The backend could not be reached, or has no quorum. Shown as one
+    /// sentence: `redis at 127.0.0.1:6379 unavailable: connection refused`
+    /// when the driver knows the endpoint (the source is then an
+    /// [`Unreachable`], whose own source is the client library's error).
+    #[error("{}", unavailable_message(backend, source))]
     Unavailable {
         /// The backend's short name.
         backend: &'static str,
@@ -102,5 +105,199 @@ impl Error {
             backend,
             source: source.into(),
         }
+    }
+
+    /// An [`Error::Unavailable`] told as having happened at `endpoint`
+    /// (`host:port`, credentials already hidden): its source becomes an
+    /// [`Unreachable`] with the cause in plain words and the original error
+    /// as *its* source. Any other error is returned as it is.
+    pub fn at(self, endpoint: &str) -> Self {
+        match self {
+            Error::Unavailable { backend, source } if !source.is::<Unreachable>() => Error::Unavailable {
+                backend,
+                source: Box::new(Unreachable::new(endpoint, source)),
+            },
+            other => other,
+        }
+    }
+}
+
+fn unavailable_message(backend: &str, source: &BoxError) -> String {
+    match source.downcast_ref::<Unreachable>() {
+        Some(u) => format!("{backend} at {} unavailable: {}", u.endpoint, u.cause),
+        None => format!("{backend} unavailable: {source}"),
+    }
+}
+
+/// A backend out of reach, said for people: where it was asked (an endpoint,
+/// credentials hidden) and what happened, in a few plain words. The client
+/// library's own error, with all its detail, stays reachable as
+/// [`source()`](StdError::source).
+///
+/// ```
+/// use dlock_core::{Error, Unreachable};
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let e = Error::unavailable("redis", refused).at("127.0.0.1:1");
+/// assert_eq!(e.to_string(), "redis at 127.0.0.1:1 unavailable: connection refused");
+/// let e = Error::unavailable("zk", Unreachable::because("127.0.0.1:1", "no server answered within 5s"));
+/// assert_eq!(e.to_string(), "zk at 127.0.0.1:1 unavailable: no server answered within 5s");
+/// ```
+#[derive(Debug)]
+pub struct Unreachable {
+    endpoint: String,
+    cause: String,
+    source: Option<BoxError>,
+}
+
+impl Unreachable {
+    /// `endpoint` could not be reached because of `source` (its cause is
+    /// read off it: see [`plain_cause`]).
+    pub fn new(endpoint: &str, source: impl Into<BoxError>) -> Self {
+        let source = source.into();
+        Unreachable {
+            endpoint: endpoint.to_owned(),
+            cause: plain_cause(&*source),
+            source: Some(source),
+        }
+    }
+
+    /// `endpoint` could not be reached, for the reason `cause` (no library
+    /// error behind it: a time-out of the driver's own).
+    pub fn because(endpoint: &str, cause: impl Into<String>) -> Self {
+        Unreachable {
+            endpoint: endpoint.to_owned(),
+            cause: cause.into(),
+            source: None,
+        }
+    }
+
+    /// Where the backend was asked.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// What happened, in a few plain words.
+    pub fn cause(&self) -> &str {
+        &self.cause
+    }
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.cause)
+    }
+}
+
+impl StdError for Unreachable {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// What went wrong with a connection, in a few plain words, read off an
+/// error and its sources: the kind of the first I/O error in the chain
+/// (`connection refused`, `timed out`); else the kind named in a client
+/// library's message that prints an I/O error's `Debug` form (`... kind:
+/// ConnectionRefused ...`); else a message that is one `CamelCase` word, in
+/// words; else the message's first line.
+pub fn plain_cause(e: &(dyn StdError + 'static)) -> String {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind().to_string();
+        }
+        next = err.source();
+    }
+    let text = e.to_string();
+    if let Some(at) = text.find("kind: ") {
+        let kind: String = text[at + 6..]
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect();
+        if !kind.is_empty() {
+            return words(&kind);
+        }
+    }
+    let first = text.lines().next().unwrap_or_default().trim();
+    if !first.is_empty()
+        && first.chars().all(|c| c.is_ascii_alphanumeric())
+        && first.chars().any(|c| c.is_ascii_uppercase())
+    {
+        return words(first);
+    }
+    first.to_owned()
+}
+
+/// `ConnectionRefused` as `connection refused`.
+fn words(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push(' ');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Text(&'static str);
+    impl std::fmt::Display for Text {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl StdError for Text {}
+
+    #[test]
+    fn causes_read_as_plain_words() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(plain_cause(&io), "connection reset");
+        // As fred and tonic print them.
+        for (text, cause) in [
+            (
+                r#"IO Error: Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
+                "connection refused",
+            ),
+            (
+                r#"grpc request error: code: 'The service is currently unavailable', message: "tcp connect error", source: tonic::transport::Error(Transport, ConnectError(ConnectError("tcp connect error", 127.0.0.1:1, Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })))"#,
+                "connection refused",
+            ),
+            ("InvalidDomainCharacter", "invalid domain character"),
+            ("Request timed out.", "Request timed out."),
+            ("first line\nsecond", "first line"),
+        ] {
+            assert_eq!(plain_cause(&Text(text)), cause, "{text}");
+        }
+    }
+
+    #[test]
+    fn unavailable_reads_as_one_sentence_and_keeps_its_sources() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = Error::unavailable("redis", refused).at("127.0.0.1:1");
+        assert_eq!(
+            e.to_string(),
+            "redis at 127.0.0.1:1 unavailable: connection refused"
+        );
+        let source = StdError::source(&e).expect("the Unreachable");
+        let io = source.source().expect("the client's error");
+        assert!(io.downcast_ref::<std::io::Error>().is_some());
+        // Told once: a second `at` changes nothing.
+        assert_eq!(
+            e.at("elsewhere:1").to_string(),
+            "redis at 127.0.0.1:1 unavailable: connection refused"
+        );
+        // Without an endpoint, as before.
+        let e = Error::unavailable("etcd", Text("no quorum"));
+        assert_eq!(e.to_string(), "etcd unavailable: no quorum");
+        // Other errors are left alone.
+        assert!(matches!(
+            Error::InvalidConfig("x".into()).at("h:1"),
+            Error::InvalidConfig(_)
+        ));
     }
 }

@@ -54,10 +54,15 @@ mod token;
 
 pub use any::{AnyGuard, AnyLock};
 pub use capabilities::{Capabilities, Fencing, Waiting};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
 pub use key::LockKey;
 pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
 pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
 pub use options::{AcquireOptions, Wait, drift};
 pub use token::FencingToken;
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -56,3 +56,8 @@ pub use config::EtcdConfig;
 pub use guard::EtcdGuard;
 pub use lock::{EtcdLock, Holder};
 pub use session::MIN_TTL;
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -4,7 +4,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use dlock_core::driver::endpoint_of;
+use dlock_core::{
+    AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Unreachable, Wait, Waiting,
+};
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
@@ -132,6 +135,12 @@ impl EtcdLock {
                 }
             })
             .collect();
+        // Where, for messages: the endpoints without scheme or credentials.
+        let where_ = endpoints
+            .iter()
+            .map(|e| endpoint_of(e))
+            .collect::<Vec<_>>()
+            .join(",");
         let client =
             match tokio::time::timeout(config.connect_timeout, Client::connect(&endpoints, Some(options)))
                 .await
@@ -144,20 +153,23 @@ impl EtcdLock {
                             source,
                         },
                         other => other,
-                    });
+                    }
+                    .at(&where_));
                 }
                 Err(_) => {
                     return Err(Error::unavailable(
                         BACKEND,
-                        format!(
-                            "no etcd endpoint of {endpoints:?} answered within {:?}",
-                            config.connect_timeout
+                        Unreachable::because(
+                            &where_,
+                            format!("no endpoint answered within {:?}", config.connect_timeout),
                         ),
                     ));
                 }
             };
         // Prove the cluster answers (connect is lazy for some transports).
-        protocol::probe(&client, config.connect_timeout).await?;
+        protocol::probe(&client, config.connect_timeout)
+            .await
+            .map_err(|e| e.at(&where_))?;
         Ok(EtcdLock {
             inner: Arc::new(Inner {
                 conn: Arc::new(Conn {

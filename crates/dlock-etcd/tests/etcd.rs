@@ -561,3 +561,24 @@ async fn streams_survive_idle_connections() {
     g.release().await.unwrap();
     w.await.unwrap().unwrap().release().await.unwrap();
 }
+
+/// An etcd that is not there and a bad endpoint each read as one sentence
+/// naming the backend, where, and why (not tonic's whole debug chain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_and_a_bad_url_read_as_sentences() {
+    let addr = dlock_testkit::link::nowhere(1).unwrap()[0];
+    let e = EtcdLock::connect(EtcdConfig::new([format!("http://{addr}")]))
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(
+        e.to_string(),
+        format!("etcd at {addr} unavailable: connection refused")
+    );
+    let e = EtcdLock::connect(EtcdConfig::new(["ftp://h:1"]))
+        .await
+        .expect_err("not an etcd endpoint");
+    let shown = e.to_string();
+    assert!(matches!(e, Error::InvalidConfig(_)), "{shown}");
+    assert_eq!(shown.matches("invalid configuration").count(), 1, "{shown}");
+    assert!(shown.contains("ftp://h:1"), "{shown}");
+}

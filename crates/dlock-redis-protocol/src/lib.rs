@@ -186,3 +186,8 @@ mod tests {
         }
     }
 }
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

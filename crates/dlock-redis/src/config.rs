@@ -91,7 +91,10 @@ impl RedisConfig {
             ));
         }
         fred::types::config::Config::from_url(&self.url).map_err(|e| {
-            Error::InvalidConfig(format!("redis URL {}: {}", redact_url(&self.url), e.details()))
+            // fred names the URL parser's error (`InvalidDomainCharacter`):
+            // said in words.
+            let why = dlock_core::plain_cause(&*dlock_core::BoxError::from(e.details().to_owned()));
+            Error::InvalidConfig(format!("redis URL {}: {why}", redact_url(&self.url)))
         })
     }
 

@@ -85,3 +85,8 @@ pub use dlock_redis_protocol::redact_url;
 pub use guard::RedisGuard;
 pub use lock::{Holder, RedisLock};
 pub use protocol::MIN_TTL;
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -117,7 +117,11 @@ impl RedisLock {
     /// # Ok(()) }
     /// ```
     pub async fn connect(config: RedisConfig) -> Result<Self> {
-        let conn = Arc::new(Conn::connect(&config).await?);
+        let conn = Arc::new(
+            Conn::connect(&config)
+                .await
+                .map_err(|e| e.at(&dlock_core::driver::endpoint_of(&config.url)))?,
+        );
         let resubscribe = conn.subscriber.manage_subscriptions();
         let (waiters, dispatchers) = Waiters::start(vec![conn.subscriber.clone()], config.request_timeout);
         Ok(RedisLock {

@@ -665,3 +665,26 @@ async fn a_new_waiter_keeps_the_subscription_the_last_one_gave_up() {
     }
     tasks.iter().for_each(|t| t.abort());
 }
+
+/// A server that is not there and a bad URL each read as one sentence
+/// naming the backend, where, and why (no client library's debug dump), and
+/// a password never shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_and_a_bad_url_read_as_sentences() {
+    let addr = dlock_testkit::link::nowhere(1).unwrap()[0];
+    let e = RedisLock::connect(RedisConfig::from_url(format!("redis://:hunter2@{addr}/0")))
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(
+        e.to_string(),
+        format!("redis at {addr} unavailable: connection refused")
+    );
+    assert!(matches!(e, Error::Unavailable { .. }));
+    let e = RedisLock::connect(RedisConfig::from_url("redis://a b"))
+        .await
+        .expect_err("not a URL");
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: redis URL redis://a b: invalid domain character"
+    );
+}

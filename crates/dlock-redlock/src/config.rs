@@ -92,7 +92,7 @@ impl RedlockConfig {
     /// not parse, a zero timeout, a drift factor outside `[0, 0.5)`.
     pub fn validate(&self) -> Result<(), Error> {
         let n = self.nodes.len();
-        if n < 3 || n % 2 == 0 {
+        if n < 3 || n.is_multiple_of(2) {
             return Err(Error::InvalidConfig(format!(
                 "redlock needs an odd number of at least 3 independent nodes, got {n}"
             )));

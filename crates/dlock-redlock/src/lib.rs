@@ -85,3 +85,8 @@ pub use guard::RedlockGuard;
 pub use lock::Redlock;
 pub use protocol::MIN_TTL;
 pub use quorum::{NodeFailure, QuorumError};
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

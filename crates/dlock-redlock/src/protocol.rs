@@ -249,10 +249,10 @@ impl Conn {
             }
             scanned += usize::from(ok);
         }
-        if scanned == 0 {
-            if let Some(e) = last_error {
-                return Err(map_err(e));
-            }
+        if scanned == 0
+            && let Some(e) = last_error
+        {
+            return Err(map_err(e));
         }
         keys.sort();
         keys.dedup();

@@ -463,3 +463,31 @@ async fn the_guard_uses_the_configured_drift() {
         .await
         .expect("lost() past the validity");
 }
+
+/// Nodes that are not there read as one sentence per node (where, and why),
+/// a password never shows, and a bad node URL is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_down_and_a_bad_url_read_as_sentences() {
+    let addrs = dlock_testkit::link::nowhere(3).unwrap();
+    let nodes: Vec<String> = addrs.iter().map(|a| format!("redis://:hunter2@{a}")).collect();
+    let key = LockKey::new("down").unwrap();
+    let shown = match Redlock::connect(RedlockConfig::new(nodes)).await {
+        Err(e) => e.to_string(),
+        Ok(lock) => lock
+            .try_acquire(&key, AcquireOptions::default())
+            .await
+            .expect_err("no node answers")
+            .to_string(),
+    };
+    eprintln!("{shown}");
+    assert!(shown.starts_with("redlock unavailable: "), "{shown}");
+    for a in &addrs {
+        assert!(shown.contains(&a.to_string()), "{a} not named: {shown}");
+    }
+    assert!(!shown.contains("hunter2") && !shown.contains("Os {"), "{shown}");
+    let e = Redlock::connect(RedlockConfig::new(["redis://a b", "redis://h:1", "redis://h:2"]))
+        .await
+        .expect_err("not a URL");
+    assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
+    assert_eq!(e.to_string().matches("invalid configuration").count(), 1, "{e}");
+}

@@ -258,10 +258,10 @@ pub fn check(events: &[Event], exclusion: bool, fencing: bool) -> Report {
         }
         if fencing {
             for pair in list.windows(2) {
-                if let (Some(a), Some(b)) = (pair[0].token, pair[1].token) {
-                    if b <= a {
-                        report.token_regressions.push((pair[0].clone(), pair[1].clone()));
-                    }
+                if let (Some(a), Some(b)) = (pair[0].token, pair[1].token)
+                    && b <= a
+                {
+                    report.token_regressions.push((pair[0].clone(), pair[1].clone()));
                 }
             }
         }

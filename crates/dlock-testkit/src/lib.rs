@@ -149,3 +149,8 @@ pub use runner::{
 /// name it (implementation detail of [`conformance_tests!`]).
 #[doc(hidden)]
 pub use tokio as __tokio;
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

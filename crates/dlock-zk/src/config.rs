@@ -117,10 +117,10 @@ impl ZkConfig {
                 return invalid(format!("{host:?} in {:?} is not host:port", self.connect));
             }
         }
-        if let Some(chroot) = chroot {
-            if !valid_path(chroot) {
-                return invalid(format!("chroot {chroot:?} is not a valid path"));
-            }
+        if let Some(chroot) = chroot
+            && !valid_path(chroot)
+        {
+            return invalid(format!("chroot {chroot:?} is not a valid path"));
         }
         if !valid_path(&self.root) {
             return invalid(format!(

@@ -26,8 +26,16 @@ pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
         E::Custom(_) if std::error::Error::source(&e).is_some_and(is_connection_failure) => {
             Error::unavailable(BACKEND, e)
         }
+        // Said (with no source) when a connection stops answering while the
+        // session is being (re)established.
+        E::Custom(_) if is_unresponsive(&e.to_string()) => Error::unavailable(BACKEND, e),
         other => Error::backend(BACKEND, other),
     }
+}
+
+/// Whether zookeeper-client's message says a connection stopped answering.
+fn is_unresponsive(message: &str) -> bool {
+    message.starts_with("no response from connection")
 }
 
 /// Whether `e`, or anything in its source chain, is an I/O error of a
@@ -118,6 +126,13 @@ mod tests {
         for kind in [K::NotFound, K::PermissionDenied, K::InvalidData] {
             assert!(!is_connection_failure(&Wrapped(Io::from(kind))), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_connection_that_stopped_answering_is_told_by_its_message() {
+        // zookeeper-client's words (session/mod.rs), with no source.
+        assert!(is_unresponsive("no response from connection in 600ms"));
+        assert!(!is_unresponsive("encounter writable server 127.0.0.1:2181"));
     }
 
     #[test]

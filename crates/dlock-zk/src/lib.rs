@@ -48,3 +48,8 @@ mod session;
 pub use config::{ZkAcl, ZkConfig};
 pub use guard::ZkGuard;
 pub use lock::{Holder, ZkLock};
+
+/// The examples of this crate's README, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

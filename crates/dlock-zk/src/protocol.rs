@@ -224,6 +224,8 @@ pub(crate) async fn connect(config: &ZkConfig) -> Result<Client> {
     if let (Some(user), Some(password)) = (&config.user, &config.password) {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
+    // Where, for messages: the servers, without the chroot.
+    let where_ = dlock_core::driver::endpoint_of(&config.connect);
     match tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(match map_err(e) {
@@ -232,12 +234,13 @@ pub(crate) async fn connect(config: &ZkConfig) -> Result<Client> {
                 source,
             },
             other => other,
-        }),
+        }
+        .at(&where_)),
         Err(_) => Err(Error::unavailable(
             BACKEND,
-            format!(
-                "no zookeeper server of {:?} answered within {:?}",
-                config.connect, config.connect_timeout
+            dlock_core::Unreachable::because(
+                &where_,
+                format!("no server answered within {:?}", config.connect_timeout),
             ),
         )),
     }

@@ -442,3 +442,23 @@ async fn names_that_collide_with_the_layout_are_invalid() {
         .unwrap();
     g.release().await.unwrap();
 }
+
+/// A ZooKeeper that is not there and a bad connect string each read as one
+/// sentence naming the backend, where, and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_and_a_bad_url_read_as_sentences() {
+    let addr = dlock_testkit::link::nowhere(1).unwrap()[0];
+    let mut config = ZkConfig::new(format!("{addr}/app"));
+    config.connect_timeout = Duration::from_secs(1);
+    let e = ZkLock::connect(config).await.expect_err("nothing listens there");
+    assert_eq!(
+        e.to_string(),
+        format!("zk at {addr} unavailable: no server answered within 1s")
+    );
+    let e = ZkLock::connect(ZkConfig::new(""))
+        .await
+        .expect_err("no server named");
+    let shown = e.to_string();
+    assert!(matches!(e, Error::InvalidConfig(_)), "{shown}");
+    assert_eq!(shown.matches("invalid configuration").count(), 1, "{shown}");
+}

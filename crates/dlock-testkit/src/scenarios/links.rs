@@ -21,9 +21,14 @@ use crate::link::Linked;
 use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
 
 /// The delay each way on a slow link: long enough that the kit sees a
-/// request's effect on the server well before its reply arrives, even on a
-/// busy machine.
-const DELAY: Duration = Duration::from_millis(400);
+/// request's effect on the server before its reply is delivered (polling
+/// every few milliseconds, then silencing the link), short enough for the
+/// clients' own liveness checks (a ZooKeeper client with a 2 s session gives
+/// a connection 600 ms to answer).
+const DELAY: Duration = Duration::from_millis(150);
+
+/// How often the kit looks at the server while it waits to cut a request.
+const WATCH: Duration = Duration::from_millis(3);
 
 /// How late `lost()` may fire after the latest the local deadline can be
 /// (timers on a busy machine).
@@ -85,6 +90,23 @@ async fn on_server<F: LockFactory>(ctx: &Ctx<F>, key: &LockKey) -> Result<bool, 
     }))
 }
 
+/// Polls `cond` every [`WATCH`] until it holds: the kit's eye on the server
+/// while a request is on its way (a tight poll, so it sees the effect well
+/// within [`DELAY`] of it).
+async fn watch_for<Fut>(limit: Duration, what: &str, mut cond: impl FnMut() -> Fut) -> Result<(), Failure>
+where
+    Fut: std::future::Future<Output = Result<bool, Failure>>,
+{
+    let deadline = dlock_core::driver::saturating_add(Instant::now(), limit);
+    while !cond().await? {
+        if Instant::now() >= deadline {
+            return Err(Failure(format!("{what} did not happen within {limit:?}")));
+        }
+        tokio::time::sleep(WATCH).await;
+    }
+    Ok(())
+}
+
 /// An acquire of a *free* key cancelled while its request is in flight
 /// (before the server saw it), and one cancelled after the server granted it
 /// but before the reply arrived, leave no lock held: each key is free again
@@ -102,9 +124,10 @@ pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx
     link.set(Fault::Delay(DELAY));
     let mut keys = Vec::new();
     let mut after_grant = 0;
-    for i in 0..4 {
+    for i in 0..6 {
         let k = ctx.key(&format!("in-flight/{i}"));
-        let before_grant = i % 2 == 0;
+        // Two cut before the server sees the request, four after it granted.
+        let before_grant = i < 2;
         let granted_what = format!("{k} granted on the server");
         let beaten = {
             let acquire = a.acquire(&k, ctx.opts(t.long_ttl));
@@ -112,9 +135,13 @@ pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx
             let cut = async {
                 if before_grant {
                     tokio::time::sleep(DELAY / 2).await;
-                    Ok(())
+                    Ok::<(), Failure>(())
                 } else {
-                    wait_until(t.prompt, &granted_what, || on_server(&ctx, &k)).await
+                    watch_for(t.prompt, &granted_what, || on_server(&ctx, &k)).await?;
+                    // The grant's reply is on the slow link: lose it, so
+                    // the caller cannot have heard of the grant.
+                    link.set(Fault::Blackhole);
+                    Ok::<(), Failure>(())
                 }
             };
             tokio::select! {
@@ -122,6 +149,8 @@ pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx
                 r = cut => { r?; None }
             }
         };
+        // Cut (the future is dropped): back to the slow link for the next.
+        link.set(Fault::Delay(DELAY));
         if let Some(g) = beaten {
             // The reply beat the cut (a very busy machine): nothing cut.
             g.release().await?;
@@ -183,7 +212,7 @@ pub async fn failed_release_is_not_ok<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
             let release = g.release();
             tokio::pin!(release);
             let released_what = format!("{k} released on the server");
-            let done_on_server = wait_until(t.prompt, &released_what, || async {
+            let done_on_server = watch_for(t.prompt, &released_what, || async {
                 Ok(!on_server(&ctx, &k).await?)
             });
             let early = tokio::select! {

@@ -2,20 +2,20 @@
 //! so a holder paused past its TTL cannot overwrite a newer holder's data.
 //!
 //! ```text
-//! DLOCK_URL=zk://127.0.0.1:2181 cargo run -p dlock --features zk --example fenced_write
+//! DLOCK_URL=zk://127.0.0.1:2181 cargo run -p distlock --features zk --example fenced_write
 //! ```
 
-use dlock::{FenceGate, Guard, Lock, LockKey, Settings};
+use distlock::{FenceGate, Guard, Lock, LockKey, Settings};
 
 #[tokio::main]
-async fn main() -> dlock::Result<()> {
+async fn main() -> distlock::Result<()> {
     let settings = Settings::from_env().or_else(|_| {
-        dlock::Config::from_url("mem://").map(|config| Settings {
+        distlock::Config::from_url("mem://").map(|config| Settings {
             config,
-            options: dlock::AcquireOptions::default(),
+            options: distlock::AcquireOptions::default(),
         })
     })?;
-    let lock = dlock::connect(&settings.config).await?;
+    let lock = distlock::connect(&settings.config).await?;
     if !lock.capabilities().fences() {
         println!(
             "the {} backend gives no fencing tokens: use it for efficiency locks only",

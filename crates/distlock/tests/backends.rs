@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use dlock::{FenceGate, Guard, Lock, LockKey, Settings};
+use distlock::{FenceGate, Guard, Lock, LockKey, Settings};
 use dlock_testkit::launcher::shared;
 
 /// Application code: knows nothing of the backend.
-async fn app<L: Lock>(lock: &L, settings: &Settings, name: &str) -> dlock::Result<Vec<Option<u64>>> {
+async fn app<L: Lock>(lock: &L, settings: &Settings, name: &str) -> distlock::Result<Vec<Option<u64>>> {
     let key = LockKey::new(name)?;
     let gate = FenceGate::new();
     let mut tokens = Vec::new();
@@ -83,7 +83,7 @@ async fn one_application_every_backend_chosen_by_dlock_url() {
             _ => None,
         })
         .unwrap();
-        let lock = dlock::connect(&settings.config)
+        let lock = distlock::connect(&settings.config)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
         let name = format!("app-{:x}", rand::random::<u64>());
@@ -114,7 +114,7 @@ async fn the_examples_run_on_every_backend() {
                     "run",
                     "--quiet",
                     "-p",
-                    "dlock",
+                    "distlock",
                     "--features",
                     "full",
                     "--example",

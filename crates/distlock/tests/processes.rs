@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use dlock::Config;
+use distlock::Config;
 use dlock_testkit::launcher::shared;
 use dlock_testkit::safety::processes::{self, PARENT_VAR, ProcessPlan};
 use dlock_testkit::safety::{SafetyReport, publish, run_for};
@@ -32,7 +32,7 @@ fn main() {
         let result = runtime.block_on(async {
             let config = std::env::var(CONFIG_VAR).map_err(|e| format!("{CONFIG_VAR}: {e}"))?;
             let config = Config::from_toml(&config).map_err(|e| e.to_string())?;
-            let lock = dlock::connect(&config).await.map_err(|e| e.to_string())?;
+            let lock = distlock::connect(&config).await.map_err(|e| e.to_string())?;
             let parent = parent
                 .parse()
                 .map_err(|e| format!("{PARENT_VAR}={parent:?}: {e}"))?;

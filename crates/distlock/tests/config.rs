@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock::{Config, Error, Settings, Wait};
+use distlock::{Config, Error, Settings, Wait};
 
 fn invalid(r: Result<Config, Error>) -> String {
     match r {
@@ -141,6 +141,23 @@ mod with_drivers {
         );
     }
 
+    /// A password may hold `/`, `?` and `@`: it is still the password (as
+    /// `redact` reads it), never a host or path, and never shown.
+    #[test]
+    fn a_password_with_slashes_and_ats_stays_a_password() {
+        let Config::Etcd(e) = Config::from_url("etcd://u:s/e?c@r@h1:2379").unwrap() else {
+            panic!()
+        };
+        assert_eq!(e.endpoints, ["http://h1:2379"]);
+        assert_eq!(e.password.as_deref(), Some("s/e?c@r"));
+        let msg = invalid(Config::from_url("redis://:sec/ret@h:notaport/0"));
+        assert!(msg.contains("port \"notaport\""), "{msg}");
+        assert!(
+            !msg.contains("sec") && !msg.contains("ret@"),
+            "a part of the password shows: {msg}"
+        );
+    }
+
     #[test]
     fn per_backend_rules_are_checked() {
         assert!(invalid(Config::from_url("redlock://h1,h2")).contains("odd number"));
@@ -175,7 +192,7 @@ mod with_drivers {
     }
 }
 
-/// Built alone (`cargo test -p dlock`, which `cargo xtask test` runs), no
+/// Built alone (`cargo test -p distlock`, which `cargo xtask test` runs), no
 /// driver is compiled in: their schemes say which feature to enable.
 #[cfg(not(feature = "full"))]
 mod without_drivers {
@@ -200,7 +217,7 @@ mod without_drivers {
     #[tokio::test]
     async fn a_config_file_for_a_missing_backend_loads_but_does_not_connect() {
         let c = Config::from_toml("backend = \"etcd\"\nendpoints = [\"http://h:2379\"]").unwrap();
-        match dlock::connect(&c).await {
+        match distlock::connect(&c).await {
             Err(Error::InvalidConfig(msg)) => assert!(msg.contains("cargo feature `etcd`"), "{msg}"),
             other => panic!("expected InvalidConfig, got {:?}", other.map(|_| ())),
         }

@@ -2,17 +2,17 @@
 //! that gets the lock does the work, the others skip.
 //!
 //! ```text
-//! DLOCK_URL=etcd://10.0.0.1:2379 cargo run -p dlock --features etcd --example run_once
+//! DLOCK_URL=etcd://10.0.0.1:2379 cargo run -p distlock --features etcd --example run_once
 //! ```
 
 use std::time::Duration;
 
-use dlock::{Guard, Lock, LockKey, Settings, Wait};
+use distlock::{Guard, Lock, LockKey, Settings, Wait};
 
 #[tokio::main]
-async fn main() -> dlock::Result<()> {
+async fn main() -> distlock::Result<()> {
     let settings = Settings::from_env()?;
-    let lock = dlock::connect(&settings.config).await?;
+    let lock = distlock::connect(&settings.config).await?;
     let key = LockKey::new("nightly-cleanup")?;
     let opts = settings.options.ttl(Duration::from_secs(60)).wait(Wait::No);
     let Some(guard) = lock.try_acquire(&key, opts).await? else {

@@ -85,8 +85,8 @@ fn invalid(msg: String) -> Error {
 #[allow(dead_code)]
 fn feature_off(feature: &str) -> Error {
     invalid(format!(
-        "the {feature} backend is not built in: enable the cargo feature `{feature}` of dlock \
-         (dlock = {{ features = [\"{feature}\"] }})"
+        "the {feature} backend is not built in: enable the cargo feature `{feature}` of distlock \
+         (distlock = {{ features = [\"{feature}\"] }})"
     ))
 }
 
@@ -99,12 +99,15 @@ struct Authority<'a> {
 }
 
 fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (auth, path) = rest.split_at(end);
-    let (userinfo, hosts) = match auth.rsplit_once('@') {
+    // Everything up to the last `@` is userinfo, whatever it holds (a
+    // password may hold `/`, `?` or `@` unescaped), as `redact` reads it: so
+    // no part of a password can be taken for a host or a path and shown.
+    let (userinfo, after) = match rest.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
-        None => (None, auth),
+        None => (None, rest),
     };
+    let end = after.find(['/', '?']).unwrap_or(after.len());
+    let (hosts, path) = after.split_at(end);
     let (user, password) = match userinfo {
         Some(u) => match u.split_once(':') {
             Some((user, pw)) => ((!user.is_empty()).then_some(user), Some(pw)),
@@ -117,13 +120,14 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
         return Err(invalid(format!("URL {}: missing host", redact(url))));
     }
     for h in &hosts {
-        if let Some((_, port)) = h.rsplit_once(':') {
-            if !port.contains(']') && port.parse::<u16>().is_err() {
-                return Err(invalid(format!(
-                    "URL {}: port {port:?} of host {h:?} is not a number",
-                    redact(url)
-                )));
-            }
+        if let Some((_, port)) = h.rsplit_once(':')
+            && !port.contains(']')
+            && port.parse::<u16>().is_err()
+        {
+            return Err(invalid(format!(
+                "URL {}: port {port:?} of host {h:?} is not a number",
+                redact(url)
+            )));
         }
     }
     Ok(Authority {
@@ -162,9 +166,9 @@ impl Config {
     /// | `zk://[user:pass@]h1:2181,h2:2181[/chroot]` | ZooKeeper (digest auth) |
     ///
     /// ```
-    /// let config = dlock::Config::from_url("mem://").unwrap();
+    /// let config = distlock::Config::from_url("mem://").unwrap();
     /// assert_eq!(config.backend(), "mem");
-    /// assert!(dlock::Config::from_url("ftp://h").is_err());
+    /// assert!(distlock::Config::from_url("ftp://h").is_err());
     /// ```
     ///
     /// # Errors

@@ -1,20 +1,21 @@
-//! # dlock
+//! # distlock
 //!
 //! One distributed-lock API over Redis, Redlock, etcd and ZooKeeper (and an
 //! in-process backend), with a fencing token on every grant where the backend
-//! can honestly give one. This is the crate applications add:
+//! can honestly give one. This is the crate applications add (the facade of
+//! the `dlock-*` drivers; `dlock` on crates.io is an unrelated crate):
 //!
 //! ```toml
-//! dlock = { version = "0.1", features = ["etcd"] }   # or redis, redlock, zk, full
+//! distlock = { version = "0.1", features = ["etcd"] }   # or redis, redlock, zk, full
 //! ```
 //!
 //! ```
 //! use std::time::Duration;
-//! use dlock::{AcquireOptions, Guard, Lock, LockKey};
+//! use distlock::{AcquireOptions, Guard, Lock, LockKey};
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> dlock::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> distlock::Result<()> {
 //! // The backend comes from configuration, e.g. DLOCK_URL=etcd://10.0.0.1:2379
-//! let lock = dlock::connect_url("mem://").await?;
+//! let lock = distlock::connect_url("mem://").await?;
 //! let key = LockKey::new("nightly-report")?;
 //! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
 //! if let Some(token) = guard.token() {
@@ -31,8 +32,8 @@
 //!   environment ([`Settings::from_env`]). A backend whose cargo feature is
 //!   off is an [`Error::InvalidConfig`] naming the feature, never a compile
 //!   error.
-//! - Drivers, each behind its feature: [`redis`](crate::redis) (`RedisLock`),
-//!   [`redlock`](crate::redlock), [`etcd`](crate::etcd), [`zk`](crate::zk).
+//! - Drivers, each behind its feature: [`redis`] (`RedisLock`),
+//!   [`redlock`], [`etcd`], [`zk`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -88,7 +89,7 @@ pub async fn connect(config: &Config) -> Result<AnyLock> {
         #[cfg(feature = "zk")]
         Config::Zk(c) => Ok(AnyLock::new(dlock_zk::ZkLock::connect(c.clone()).await?)),
         other => Err(Error::InvalidConfig(format!(
-            "the {0} backend is not built in: enable the cargo feature `{0}` of dlock",
+            "the {0} backend is not built in: enable the cargo feature `{0}` of distlock",
             other.backend()
         ))),
     }
@@ -173,7 +174,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
         #[cfg(feature = "redlock")]
         Config::Redlock(_) => Ok(None),
         other => Err(Error::InvalidConfig(format!(
-            "the {0} backend is not built in: enable the cargo feature `{0}` of dlock",
+            "the {0} backend is not built in: enable the cargo feature `{0}` of distlock",
             other.backend()
         ))),
     }

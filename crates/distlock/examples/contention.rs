@@ -5,14 +5,14 @@
 //! checker reads each run; one table compares the backends.
 //!
 //! ```text
-//! cargo run -p dlock --features full --example contention -- mem:// etcd://127.0.0.1:2379
+//! cargo run -p distlock --features full --example contention -- mem:// etcd://127.0.0.1:2379
 //! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock::{AcquireOptions, AnyLock, FenceGate, FencingToken, Guard, Lock, LockKey, Wait};
+use distlock::{AcquireOptions, AnyLock, FenceGate, FencingToken, Guard, Lock, LockKey, Wait};
 use dlock_testkit::history::{Event, History, Op};
 
 const WORKERS: usize = 6;
@@ -51,10 +51,10 @@ async fn main() -> std::process::ExitCode {
     let mut rows = Vec::new();
     let mut ok = true;
     for url in &urls {
-        let lock = match dlock::connect_url(url).await {
+        let lock = match distlock::connect_url(url).await {
             Ok(l) => l,
             Err(e) => {
-                println!("{}: skipped ({e})", dlock::driver::redact_url(url));
+                println!("{}: skipped ({e})", distlock::driver::redact_url(url));
                 continue;
             }
         };
@@ -64,7 +64,7 @@ async fn main() -> std::process::ExitCode {
                 rows.push(row);
             }
             Err(e) => {
-                println!("{}: failed: {e}", dlock::driver::redact_url(url));
+                println!("{}: failed: {e}", distlock::driver::redact_url(url));
                 ok = false;
             }
         }
@@ -129,7 +129,7 @@ async fn demo_one(url: &str, lock: AnyLock) -> Result<Row, String> {
         println!("{}: {report}", run.lock.backend());
     }
     Ok(Row {
-        backend: format!("{} ({})", run.lock.backend(), dlock::driver::redact_url(url)),
+        backend: format!("{} ({})", run.lock.backend(), distlock::driver::redact_url(url)),
         grants: report.grants,
         handoffs: handoffs(&events),
         overlaps: report.overlaps.len(),
@@ -268,13 +268,12 @@ fn handoffs(events: &[Event]) -> usize {
     let mut last: HashMap<&str, usize> = HashMap::new();
     let mut n = 0;
     for e in events {
-        if let Op::AcquireOk(_) = e.op {
-            if last
+        if let Op::AcquireOk(_) = e.op
+            && last
                 .insert(e.key.as_str(), e.client)
                 .is_some_and(|prev| prev != e.client)
-            {
-                n += 1;
-            }
+        {
+            n += 1;
         }
     }
     n
