@@ -99,15 +99,24 @@ struct Authority<'a> {
 }
 
 fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
-    // Everything up to the last `@` is userinfo, whatever it holds (a
-    // password may hold `/`, `?` or `@` unescaped), as `redact` reads it: so
-    // no part of a password can be taken for a host or a path and shown.
-    let (userinfo, after) = match rest.rsplit_once('@') {
+    // The authority ends at the first `/`, `?` or `#` (so a chroot or a
+    // query may hold `@`); its userinfo runs to its last `@`. An `@` past the
+    // authority is refused when the authority holds none: it is most likely
+    // a password holding `/`, `?` or `#`, which must be percent-encoded, and
+    // guessing would either show a piece of it as a host or connect
+    // somewhere else. (`redact` hides everything up to the last `@`.)
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(end);
+    if !auth.contains('@') && path.contains('@') {
+        return Err(invalid(format!(
+            "URL {}: an `@` after the host: a password holding `/`, `?` or `#` must be percent-encoded",
+            redact(url)
+        )));
+    }
+    let (userinfo, hosts) = match auth.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
-        None => (None, rest),
+        None => (None, auth),
     };
-    let end = after.find(['/', '?']).unwrap_or(after.len());
-    let (hosts, path) = after.split_at(end);
     let (user, password) = match userinfo {
         Some(u) => match u.split_once(':') {
             Some((user, pw)) => ((!user.is_empty()).then_some(user), Some(pw)),
@@ -183,7 +192,8 @@ impl Config {
             "mem" => {
                 if !rest.is_empty() {
                     return Err(invalid(format!(
-                        "mem:// takes nothing after the scheme, got {rest:?}"
+                        "mem:// takes nothing after the scheme, got {:?}",
+                        redact(url)
                     )));
                 }
                 Ok(Config::Mem)
@@ -231,7 +241,7 @@ impl Config {
                 Self::zk(format!("{}{chroot}", hosts.join(",")), a.user, a.password)
             }
             other => Err(invalid(format!(
-                "unknown URL scheme {other:?}; known: mem, redis, rediss, redlock, etcd, etcds, zk"
+                "unknown URL scheme {other:?}; known: mem, redis, rediss, redis-cluster, rediss-cluster, redlock, etcd, etcds, zk"
             ))),
         }
     }
@@ -411,7 +421,11 @@ impl Settings {
     /// `DLOCK_URL` nor `DLOCK_CONFIG`, one showing how to configure a backend.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Settings> {
         let config = match (var("DLOCK_URL"), var("DLOCK_CONFIG")) {
-            (Some(url), _) => Config::from_url(&url).map_err(|e| invalid(format!("DLOCK_URL: {e}")))?,
+            (Some(url), _) => Config::from_url(&url).map_err(|e| match e {
+                // Said once: "invalid configuration: DLOCK_URL: ...".
+                Error::InvalidConfig(why) => invalid(format!("DLOCK_URL: {why}")),
+                other => other,
+            })?,
             (None, Some(file)) => Config::from_file(Path::new(&file))?,
             (None, None) => return Err(invalid(HOW_TO_CONFIGURE.to_owned())),
         };

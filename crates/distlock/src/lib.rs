@@ -187,7 +187,13 @@ fn since_from_detail(detail: &str) -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
-/// The README's Rust examples, compiled as doctests so they stay true.
+/// The workspace README's Rust examples, compiled as doctests so they stay
+/// true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// This crate's README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;

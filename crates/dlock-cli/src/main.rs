@@ -130,8 +130,13 @@ fn resolve(cli: &Cli) -> Result<Config, Error> {
         let text = std::fs::read_to_string(file)
             .map_err(|e| Error::InvalidConfig(format!("--url-file {}: {e}", file.display())))?;
         let url = text.lines().next().unwrap_or_default().trim();
-        return Config::from_url(url)
-            .map_err(|e| Error::InvalidConfig(format!("--url-file {}: {e}", file.display())));
+        return Config::from_url(url).map_err(|e| match e {
+            // Said once: "invalid configuration: --url-file F: ...".
+            Error::InvalidConfig(why) => {
+                Error::InvalidConfig(format!("--url-file {}: {why}", file.display()))
+            }
+            other => other,
+        });
     }
     if let Some(file) = &cli.config {
         return Config::from_file(file);

@@ -465,7 +465,12 @@ pub fn endpoint_of(url: &str) -> String {
 /// `secret`, `auth`) have their values hidden too.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        // Not a URL (a typo such as `redis:/u:pw@h`): anything up to the
+        // last `@` may be a credential.
+        return match url.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => url.to_owned(),
+        };
     };
     let (userinfo, rest) = match rest.rsplit_once('@') {
         Some((userinfo, rest)) => (Some(userinfo), rest),
@@ -517,6 +522,8 @@ mod tests {
             ("redis://token@h", "redis://***@h"),
             ("redis://h:1/0", "redis://h:1/0"),
             ("no-scheme", "no-scheme"),
+            // A typo for a URL: what may be a credential is hidden all the same.
+            ("redis:/u:pw@h:1", "***@h:1"),
             ("redis://u:se/cret@h", "redis://u:***@h"),
             ("redis://u:se?cret@h/0", "redis://u:***@h/0"),
             ("redis://u:a@b@h", "redis://u:***@h"),

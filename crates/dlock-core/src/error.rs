@@ -195,16 +195,21 @@ impl StdError for Unreachable {
 }
 
 /// What went wrong with a connection, in a few plain words, read off an
-/// error and its sources: the kind of the first I/O error in the chain
-/// (`connection refused`, `timed out`); else the kind named in a client
-/// library's message that prints an I/O error's `Debug` form (`... kind:
-/// ConnectionRefused ...`); else a message that is one `CamelCase` word, in
-/// words; else the message's first line.
+/// error and its sources: the first I/O error in the chain (its kind when
+/// that is a connection's fate, `connection refused`, `timed out`; its
+/// message otherwise, which says more than `other error`); else a
+/// connection's fate named in a client library's message that prints an I/O
+/// error's `Debug` form (`... kind: ConnectionRefused ...`); else a message
+/// that is one `CamelCase` word, in words; else the message's first line.
 pub fn plain_cause(e: &(dyn StdError + 'static)) -> String {
     let mut next = Some(e);
     while let Some(err) = next {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return io.kind().to_string();
+            return if CONNECTION_FATES.iter().any(|(_, k)| *k == io.kind()) {
+                io.kind().to_string()
+            } else {
+                io.to_string()
+            };
         }
         next = err.source();
     }
@@ -214,19 +219,40 @@ pub fn plain_cause(e: &(dyn StdError + 'static)) -> String {
             .chars()
             .take_while(char::is_ascii_alphabetic)
             .collect();
-        if !kind.is_empty() {
-            return words(&kind);
+        if let Some((_, k)) = CONNECTION_FATES.iter().find(|(name, _)| *name == kind) {
+            return k.to_string();
         }
     }
     let first = text.lines().next().unwrap_or_default().trim();
-    if !first.is_empty()
+    let camel = first.chars().next().is_some_and(|c| c.is_ascii_uppercase())
         && first.chars().all(|c| c.is_ascii_alphanumeric())
-        && first.chars().any(|c| c.is_ascii_uppercase())
-    {
+        && first.chars().any(|c| c.is_ascii_lowercase());
+    if camel {
         return words(first);
     }
-    first.to_owned()
+    match first {
+        "" => text.trim().to_owned(),
+        first => first.to_owned(),
+    }
 }
+
+/// The I/O error kinds that say what became of a connection, by their
+/// `Debug` names.
+const CONNECTION_FATES: [(&str, std::io::ErrorKind); 10] = {
+    use std::io::ErrorKind as K;
+    [
+        ("ConnectionRefused", K::ConnectionRefused),
+        ("ConnectionReset", K::ConnectionReset),
+        ("ConnectionAborted", K::ConnectionAborted),
+        ("NotConnected", K::NotConnected),
+        ("BrokenPipe", K::BrokenPipe),
+        ("UnexpectedEof", K::UnexpectedEof),
+        ("TimedOut", K::TimedOut),
+        ("AddrNotAvailable", K::AddrNotAvailable),
+        ("HostUnreachable", K::HostUnreachable),
+        ("NetworkUnreachable", K::NetworkUnreachable),
+    ]
+};
 
 /// `ConnectionRefused` as `connection refused`.
 fn words(camel: &str) -> String {
@@ -257,6 +283,9 @@ mod tests {
     fn causes_read_as_plain_words() {
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert_eq!(plain_cause(&io), "connection reset");
+        // An I/O error that is not a connection's fate keeps its message.
+        let io = std::io::Error::other("failed to lookup address information");
+        assert_eq!(plain_cause(&io), "failed to lookup address information");
         // As fred and tonic print them.
         for (text, cause) in [
             (
@@ -270,6 +299,16 @@ mod tests {
             ("InvalidDomainCharacter", "invalid domain character"),
             ("Request timed out.", "Request timed out."),
             ("first line\nsecond", "first line"),
+            // Not split letter by letter, not a kind that says nothing.
+            (
+                "NOAUTH Authentication required.",
+                "NOAUTH Authentication required.",
+            ),
+            ("NOAUTH", "NOAUTH"),
+            (
+                r#"IO Error: Custom { kind: Uncategorized, error: "failed to lookup address" }"#,
+                r#"IO Error: Custom { kind: Uncategorized, error: "failed to lookup address" }"#,
+            ),
         ] {
             assert_eq!(plain_cause(&Text(text)), cause, "{text}");
         }

@@ -112,7 +112,8 @@ impl EtcdConfig {
             };
             if !valid {
                 return Err(Error::InvalidConfig(format!(
-                    "etcd endpoint {e:?} is not of the form [http[s]://]host:port"
+                    "etcd endpoint {:?} is not of the form [http[s]://]host:port",
+                    dlock_core::driver::redact_url(e)
                 )));
             }
         }

@@ -225,7 +225,7 @@ pub(crate) async fn connect(config: &ZkConfig) -> Result<Client> {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     // Where, for messages: the servers, without the chroot.
-    let where_ = dlock_core::driver::endpoint_of(&config.connect);
+    let where_ = config.connect.split('/').next().unwrap_or_default().to_owned();
     match tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(match map_err(e) {
