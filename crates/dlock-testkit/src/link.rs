@@ -132,6 +132,17 @@ pub fn socket_addr(address: &str) -> Result<SocketAddr> {
         .ok_or_else(|| Error::InvalidConfig(format!("not a loopback host:port: {address}")))
 }
 
+/// `address` (a URL or a bare `host:port`, as [`socket_addr`] reads it) with
+/// its host and port replaced by `to`; credentials, database, path and
+/// options kept. How a factory points a client's config at a [`Link`].
+///
+/// # Errors
+///
+/// As [`socket_addr`].
+pub fn repoint(address: &str, to: SocketAddr) -> Result<String> {
+    Ok(address.replacen(&socket_addr(address)?.to_string(), &to.to_string(), 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +160,20 @@ mod tests {
         for bad in ["redis://example.com:6379", "10.0.0.1:1", "nothing", ""] {
             assert!(socket_addr(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn repointing_keeps_everything_but_the_host_and_port() {
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(
+            repoint("redis://:pw@127.0.0.1:6379/2", to).unwrap(),
+            "redis://:pw@127.0.0.1:9/2"
+        );
+        assert_eq!(
+            repoint("http://127.0.0.1:2379", to).unwrap(),
+            "http://127.0.0.1:9"
+        );
+        assert!(repoint("redis://example.com:6379", to).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dlock_core::{LockKey, Result};
 use dlock_etcd::{EtcdConfig, EtcdLock};
 use dlock_testkit::launcher::{Etcd, shared};
-use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::link::{nowhere, repoint, socket_addr};
 use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct EtcdFactory {
@@ -43,7 +43,7 @@ impl EtcdFactory {
             .endpoints
             .iter()
             .zip(addrs)
-            .map(|(url, addr)| Ok(url.replacen(&socket_addr(url)?.to_string(), &addr.to_string(), 1)))
+            .map(|(url, addr)| repoint(url, *addr))
             .collect::<Result<_>>()?;
         Ok(EtcdConfig {
             endpoints,

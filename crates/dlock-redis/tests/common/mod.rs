@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dlock_core::Result;
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, shared};
-use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::link::{nowhere, repoint, socket_addr};
 use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct RedisFactory {
@@ -47,9 +47,8 @@ impl RedisFactory {
     /// This factory's config, pointed at `addr` (credentials, database and
     /// options kept).
     fn config_at(&self, addr: std::net::SocketAddr) -> Result<RedisConfig> {
-        let server = socket_addr(&self.config.url)?.to_string();
         Ok(RedisConfig {
-            url: self.config.url.replacen(&server, &addr.to_string(), 1),
+            url: repoint(&self.config.url, addr)?,
             ..self.config.clone()
         })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dlock_core::Result;
 use dlock_redlock::{Redlock, RedlockConfig};
 use dlock_testkit::launcher::{Redis, shared};
-use dlock_testkit::link::{nowhere, socket_addr};
+use dlock_testkit::link::{nowhere, repoint, socket_addr};
 use dlock_testkit::{Link, Linked, LockFactory};
 
 pub struct RedlockFactory {
@@ -47,7 +47,7 @@ impl RedlockFactory {
             .nodes
             .iter()
             .zip(addrs)
-            .map(|(url, addr)| Ok(url.replacen(&socket_addr(url)?.to_string(), &addr.to_string(), 1)))
+            .map(|(url, addr)| repoint(url, *addr))
             .collect::<Result<_>>()?;
         Ok(RedlockConfig {
             nodes,

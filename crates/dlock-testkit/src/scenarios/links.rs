@@ -77,6 +77,40 @@ async fn free<L: Lock>(ctx: &Ctx<impl LockFactory>, client: &L, key: &LockKey) -
     )
 }
 
+/// `client` gets `key` within its `ttl` (plus the slack): a lock nobody
+/// could release is freed by its TTL at the latest.
+async fn freed_by_ttl<L: Lock>(
+    ctx: &Ctx<impl LockFactory>,
+    client: &L,
+    key: &LockKey,
+    ttl: Duration,
+    what: &str,
+) -> Result<(), Failure> {
+    let last = ttl + ctx.timing().slack;
+    within(
+        last,
+        &format!("{what} freed by its TTL after the link healed"),
+        async {
+            client
+                .acquire(key, ctx.opts(ctx.timing().long_ttl).wait(Wait::For(last)))
+                .await?
+                .release()
+                .await
+        },
+    )
+    .await??;
+    Ok(())
+}
+
+/// The scenario's end: whatever the client still cleans up in the
+/// background it does over the link, so the link is kept until the
+/// namespace is clean.
+async fn passed_once_clean<F: LockFactory>(ctx: &Ctx<F>, link: crate::Link) -> Outcome {
+    ctx.await_clean().await?;
+    drop(link);
+    Ok(Verdict::Passed)
+}
+
 /// Whether the backend keeps anything for `key` (its lock entry, a node, a
 /// contender key): a residue entry that names the key, whole or followed by
 /// `/` (drivers list their entries with or without their own key prefix).
@@ -180,9 +214,7 @@ pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx
         .await?;
     }
     // A request still on its way must not take the key afterwards.
-    ctx.await_clean().await?;
-    drop(link);
-    Ok(Verdict::Passed)
+    passed_once_clean(&ctx, link).await
 }
 
 /// A release whose request is lost (the link silent before it) or whose
@@ -241,24 +273,9 @@ pub async fn failed_release_is_not_ok<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
             Err(_) => {}
         }
         link.heal();
-        let last = hold + t.slack;
-        within(
-            last,
-            &format!("{round}: the key freed by its TTL after the link healed"),
-            async {
-                b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::For(last)))
-                    .await?
-                    .release()
-                    .await
-            },
-        )
-        .await??;
+        freed_by_ttl(&ctx, &b, &k, hold, &format!("{round}: the key")).await?;
     }
-    // Whatever the client still cleans up in the background, it does over
-    // the link: keep it until the namespace is clean.
-    ctx.await_clean().await?;
-    drop(link);
-    Ok(Verdict::Passed)
+    passed_once_clean(&ctx, link).await
 }
 
 /// A backend that is not there, or that went away, gives
@@ -325,17 +342,8 @@ pub async fn unreachable_backend_is_unavailable<F: LockFactory>(ctx: Ctx<F>) -> 
     unavailable("acquire over a reset link", r, None)?;
     link.heal();
     let b = ctx.client().await?;
-    let last = hold + t.slack;
-    within(last, "the unreleased lock freed by its TTL", async {
-        b.acquire(&held, ctx.opts(t.long_ttl).wait(Wait::For(last)))
-            .await?
-            .release()
-            .await
-    })
-    .await??;
-    ctx.await_clean().await?;
-    drop(link);
-    Ok(Verdict::Passed)
+    freed_by_ttl(&ctx, &b, &held, hold, "the unreleased lock").await?;
+    passed_once_clean(&ctx, link).await
 }
 
 /// Renewals over a link that answers nothing fire `lost()` no later than
@@ -370,7 +378,5 @@ pub async fn dead_link_fires_lost_in_time<F: LockFactory>(ctx: Ctx<F>) -> Outcom
     ensure!(!g.is_held(), "lost() fired but is_held() is true");
     drop(g);
     link.heal();
-    ctx.await_clean().await?;
-    drop(link);
-    Ok(Verdict::Passed)
+    passed_once_clean(&ctx, link).await
 }
