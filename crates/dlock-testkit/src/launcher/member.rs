@@ -141,6 +141,17 @@ impl Member {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(15).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
+        if tail.is_empty() {
+            // A server that could not write a line (Redis with a cluster
+            // config to save, on a full disk) exits with nothing to show.
+            return LaunchError(format!(
+                "{} on {}: {what}; its log {} is empty{}",
+                self.name,
+                self.addr,
+                self.log.display(),
+                free_space(&self.log)
+            ));
+        }
         LaunchError(format!(
             "{} on {}: {what}; log tail:\n{}",
             self.name,
@@ -215,6 +226,19 @@ impl Member {
     }
 }
 
+/// ", with N MiB free on its file system" (a full disk is the usual reason
+/// a server dies without a word), or nothing when that cannot be read.
+fn free_space(file: &Path) -> String {
+    let dir = file.parent().unwrap_or(file);
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(fs) => {
+            let free = u128::from(fs.blocks_available()) * u128::from(fs.fragment_size());
+            format!(", with {} MiB free on its file system", free / (1024 * 1024))
+        }
+        Err(_) => String::new(),
+    }
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -235,4 +259,38 @@ pub(crate) async fn start_all(members: &mut [Member]) -> Result<(), LaunchError>
         m.wait_ready().await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that dies without writing a line (what Redis does on a full
+    /// disk) is reported with its empty log and the space left, not with a
+    /// blank "log tail".
+    #[tokio::test]
+    async fn a_silent_exit_names_the_empty_log_and_the_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut member = Member::new(
+            "silent-0".to_owned(),
+            loopback_unused(),
+            "false",
+            Vec::new(),
+            dir.path().join("silent.log"),
+            |_| Box::pin(async { false }),
+            Duration::from_secs(20),
+        );
+        member.spawn().unwrap();
+        let err = member.wait_ready().await.unwrap_err().to_string();
+        assert!(
+            err.contains("exited with exit status: 1 before it was ready"),
+            "{err}"
+        );
+        assert!(err.contains("silent.log is empty, with "), "{err}");
+        assert!(err.ends_with(" MiB free on its file system"), "{err}");
+    }
+
+    fn loopback_unused() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9))
+    }
 }
