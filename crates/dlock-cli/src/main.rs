@@ -70,6 +70,11 @@ struct Cli {
     /// A TOML or JSON file naming the backend (`backend = "etcd"` ...)
     #[arg(long, global = true, conflicts_with = "url")]
     config: Option<PathBuf>,
+    /// Tell on stderr what the lock does: -v grants, releases, losses and
+    /// trouble; -vv also the waiting. RUST_LOG (e.g. `dlock=debug`)
+    /// chooses instead, when set.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -185,6 +190,7 @@ fn main() -> ExitCode {
         return child::exec(&args[2..]);
     }
     let cli = Cli::parse();
+    report_to_stderr(cli.verbose, std::env::var("RUST_LOG").ok());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(exit::USAGE, format!("cannot start: {e}")),
@@ -213,6 +219,42 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// Prints dlock's `tracing` events ([`distlock::trace`]) to stderr: as
+/// `RUST_LOG` says when it is set (and valid), otherwise at INFO for `-v`
+/// and DEBUG for `-vv`; nothing without either.
+fn report_to_stderr(verbose: u8, rust_log: Option<String>) {
+    use tracing_subscriber::EnvFilter;
+    let by_flag = match verbose {
+        0 => None,
+        1 => Some("dlock=info"),
+        _ => Some("dlock=debug"),
+    };
+    let filter = match rust_log.filter(|s| !s.trim().is_empty()) {
+        Some(spec) => match EnvFilter::try_new(&spec) {
+            Ok(filter) => filter,
+            Err(e) => {
+                eprintln!("dlock: RUST_LOG ignored ({e})");
+                match by_flag {
+                    Some(f) => EnvFilter::new(f),
+                    None => return,
+                }
+            }
+        },
+        None => match by_flag {
+            Some(f) => EnvFilter::new(f),
+            None => return,
+        },
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Fails only if a subscriber is installed already: then that one reports.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .try_init();
 }
 
 async fn holder(config: &Config, key: &str) -> ExitCode {

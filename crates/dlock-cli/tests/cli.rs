@@ -557,3 +557,62 @@ async fn urls_with_passwords_stay_off_the_command_line_and_out_of_the_command() 
     let help = Command::new(DLOCK).arg("--help").output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("--url-file"));
 }
+
+/// `-v` tells on stderr what the lock did (granted, released, with the
+/// backend, key and token), nothing is told without it, and `-vv` (or
+/// `RUST_LOG`) also tells the waiting (queued, timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbose_tells_what_the_lock_does_on_stderr() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, url) in &b.urls {
+        let key = unique("verbose");
+        let out = dlock(url, &["-v", "run", &key, "--", "true"]).output().unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let backend = format!("backend=\"{name}\"");
+        let at_key = format!("key=\"{key}\"");
+        for line in ["granted", "released"] {
+            let line = err
+                .lines()
+                .find(|l| l.contains(line))
+                .unwrap_or_else(|| panic!("{name}: no `{line}` in {err}"));
+            assert!(
+                line.contains(&backend) && line.contains(&at_key) && line.contains("token="),
+                "{name}: {line}"
+            );
+        }
+        let quiet = dlock(url, &["run", &key, "--", "true"]).output().unwrap();
+        assert!(quiet.status.success(), "{name}: {quiet:?}");
+        assert!(quiet.stderr.is_empty(), "{name}: {quiet:?}");
+
+        let started = dir.path().join(format!("{name}.started"));
+        let mut holder = dlock(
+            url,
+            &[
+                "run",
+                &key,
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; sleep 2", started.display()),
+            ],
+        )
+        .spawn()
+        .unwrap();
+        until("the holder to start", || started.exists()).await;
+        let waiting = ["run", &key, "--wait", "200ms", "--", "true"];
+        let mut very_verbose = dlock(url, &[&["-vv"][..], &waiting].concat());
+        let mut rust_log = dlock(url, &waiting);
+        rust_log.env("RUST_LOG", "dlock=debug");
+        for (how, c) in [("-vv", &mut very_verbose), ("RUST_LOG", &mut rust_log)] {
+            let out = c.output().unwrap();
+            assert_eq!(out.status.code(), Some(75), "{name} {how}: {out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            for told in ["queued", "timed out waited_ms="] {
+                assert!(err.contains(told), "{name} {how}: no `{told}` in {err}");
+            }
+        }
+        assert!(holder.wait().unwrap().success());
+    }
+}

@@ -129,6 +129,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The `why` of the `lost` event this refusal causes.
+    pub fn why(self) -> &'static str {
+        match self {
+            Refusal::Expired => crate::trace::why::EXPIRED,
+            Refusal::HeldByOther => crate::trace::why::HELD_BY_OTHER,
+        }
+    }
+
     /// The error a caller sees: [`Error::Lost`] for [`Refusal::Expired`],
     /// [`Error::NotHeld`] for [`Refusal::HeldByOther`].
     pub fn into_error(self, key: &LockKey) -> Error {
@@ -157,11 +165,41 @@ pub struct Validity {
     lost: LostTrigger,
     drift: Drift,
     renewing: tokio::sync::Mutex<()>,
+    /// The backend and key named in `lost` and `renewal failed` events
+    /// (none for a session's validity, which many guards share).
+    subject: Option<(&'static str, LockKey)>,
+    why: std::sync::OnceLock<&'static str>,
 }
 
 impl Validity {
     /// A validity ending at `drift.deadline(sent, ttl)`, and its signal.
+    ///
+    /// For a session or lease that many guards share: a loss records its
+    /// reason ([`why`](Self::why)) but reports nothing; each guard reports
+    /// its own `lost` event. A guard's own validity is [`of_key`](Self::of_key).
     pub fn new(sent: Instant, ttl: Duration, drift: Drift) -> (Arc<Self>, LostSignal) {
+        Self::build(None, sent, ttl, drift)
+    }
+
+    /// The validity of one guard of `backend` on `key`: [`lose`](Self::lose)
+    /// and the [`keep`]er report `lost` and `renewal failed` events
+    /// ([`trace`](crate::trace)) naming them.
+    pub fn of_key(
+        backend: &'static str,
+        key: &LockKey,
+        sent: Instant,
+        ttl: Duration,
+        drift: Drift,
+    ) -> (Arc<Self>, LostSignal) {
+        Self::build(Some((backend, key.clone())), sent, ttl, drift)
+    }
+
+    fn build(
+        subject: Option<(&'static str, LockKey)>,
+        sent: Instant,
+        ttl: Duration,
+        drift: Drift,
+    ) -> (Arc<Self>, LostSignal) {
         let (trigger, signal) = LostSignal::pair();
         let validity = Validity {
             deadline: Mutex::new(drift.deadline(sent, ttl)),
@@ -169,6 +207,8 @@ impl Validity {
             lost: trigger,
             drift,
             renewing: tokio::sync::Mutex::new(()),
+            subject,
+            why: std::sync::OnceLock::new(),
         };
         (Arc::new(validity), signal)
     }
@@ -208,10 +248,41 @@ impl Validity {
         self.moved.notify_one();
     }
 
-    /// Fires the lost signal (idempotent).
+    /// Fires the lost signal (idempotent) without a reason: the guard was
+    /// released or dropped, nothing was lost. For a loss, call
+    /// [`lose`](Self::lose).
     pub fn fire_lost(&self) {
         self.lost.fire();
         self.moved.notify_one();
+    }
+
+    /// The lock is, or may be, lost for `why` (one of
+    /// [`trace::why`](crate::trace::why)): records the reason, reports the
+    /// `lost` event (once, and only with a subject: [`of_key`](Self::of_key)),
+    /// then fires the signal. Ignored once the signal fired.
+    pub fn lose(&self, why: &'static str) {
+        if self.lost.is_fired() {
+            return;
+        }
+        if self.why.set(why).is_ok()
+            && let Some((backend, key)) = &self.subject
+        {
+            crate::trace::lost(backend, key.as_str(), why);
+        }
+        self.fire_lost();
+    }
+
+    /// Why the lock was lost, once [`lose`](Self::lose) said so.
+    pub fn why(&self) -> Option<&'static str> {
+        self.why.get().copied()
+    }
+
+    /// Reports a renewal that failed without a refusal (`renewal failed`),
+    /// when this validity has a subject.
+    pub fn renewal_failed(&self, error: &Error) {
+        if let Some((backend, key)) = &self.subject {
+            crate::trace::renewal_failed(backend, key.as_str(), error);
+        }
     }
 
     /// `true` once the lost signal fired.
@@ -267,7 +338,7 @@ pub async fn keep<R, Fut>(
         tokio::select! {
             () = tokio::time::sleep_until(deadline.into()) => {
                 if validity.deadline() <= Instant::now() {
-                    validity.fire_lost();
+                    validity.lose(crate::trace::why::DEADLINE);
                     return;
                 }
             }
@@ -276,7 +347,7 @@ pub async fn keep<R, Fut>(
                 // longer than the deadline.
                 let Ok(permit) = tokio::time::timeout_at(deadline.into(), validity.renewal()).await else {
                     if validity.deadline() <= Instant::now() {
-                        validity.fire_lost();
+                        validity.lose(crate::trace::why::DEADLINE);
                         return;
                     }
                     continue;
@@ -290,12 +361,17 @@ pub async fn keep<R, Fut>(
                         validity.renewed(sent, ttl);
                         next_renewal = saturating_add(sent, ttl / 3);
                     }
-                    Ok(Ok(Err(_))) | Err(_) => {
-                        validity.fire_lost();
+                    Ok(Ok(Err(refusal))) => {
+                        validity.lose(refusal.why());
+                        return;
+                    }
+                    Err(_) => {
+                        validity.lose(crate::trace::why::DEADLINE);
                         return;
                     }
                     // Not a refusal (a network failure): again soon, until the deadline.
-                    Ok(Err(_)) => {
+                    Ok(Err(e)) => {
+                        validity.renewal_failed(&e);
                         next_renewal = saturating_add(Instant::now(), (ttl / 20).max(Duration::from_millis(5)));
                     }
                 }
@@ -304,6 +380,17 @@ pub async fn keep<R, Fut>(
             () = validity.moved.notified() => {}
         }
     }
+}
+
+/// The lock on `key` is, or may be, lost for `why` (one of
+/// [`trace::why`](crate::trace::why)): reports the `lost` event, unless the
+/// signal already fired (a release, an earlier loss), then fires `trigger`.
+/// For guards whose signal is not a [`Validity`]'s (session backends).
+pub fn lose(trigger: &LostTrigger, backend: &'static str, key: &LockKey, why: &'static str) {
+    if !trigger.is_fired() {
+        crate::trace::lost(backend, key.as_str(), why);
+    }
+    trigger.fire();
 }
 
 /// The first pause between clean-up attempts; it doubles up to
@@ -334,7 +421,7 @@ where
     G: Fn() -> bool + Send + 'static,
 {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(what = %what, "no Tokio runtime to clean up in; the TTL, lease or session is the backstop");
+        tracing::warn!(target: "dlock", what = %what, why = "no Tokio runtime to clean up in", "clean-up given up");
         return;
     };
     drop(rt.spawn(async move {
@@ -347,24 +434,24 @@ where
             match attempt().await {
                 Ok(()) => {
                     if failures > 0 {
-                        tracing::debug!(what = %what, failures, "clean-up done after retries");
+                        tracing::debug!(target: "dlock", what = %what, failures, "clean-up done after retries");
                     }
                     return;
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     if until.is_some_and(|u| Instant::now() >= u) {
-                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up: out of time");
+                        tracing::warn!(target: "dlock", what = %what, failures, error = %e, why = "out of time", "clean-up given up");
                         return;
                     }
                     // Only a backend out of reach is worth another try: a
                     // refused credential or an odd reply will not get better.
                     if !matches!(e, Error::Unavailable { .. }) {
-                        tracing::warn!(what = %what, failures, error = %e, "clean-up given up: not a transient error");
+                        tracing::warn!(target: "dlock", what = %what, failures, error = %e, why = "not a transient error", "clean-up given up");
                         return;
                     }
                     if failures == 1 {
-                        tracing::debug!(what = %what, error = %e, "clean-up failed; retrying");
+                        tracing::debug!(target: "dlock", what = %what, error = %e, "clean-up retried");
                     }
                 }
             }
@@ -384,7 +471,9 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => drop(rt.spawn(task)),
-        Err(_) => tracing::debug!(what = %what, "no Tokio runtime to run a detached request in"),
+        Err(_) => {
+            tracing::debug!(target: "dlock", what = %what, "no Tokio runtime to run a detached request in")
+        }
     }
 }
 

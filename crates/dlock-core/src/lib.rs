@@ -11,6 +11,8 @@
 //! - [`Fence`] / [`FenceGate`]: the resource side that refuses stale holders.
 //! - [`Error`]: one error type with semantic variants.
 //! - [`MemLock`]: the in-process driver (zero setup; the kit's reference).
+//! - [`trace`]: what every driver reports through `tracing`, and the field
+//!   names it uses.
 //!
 //! ## Two tiers of locks
 //!
@@ -51,6 +53,7 @@ mod lock;
 mod mem;
 mod options;
 mod token;
+pub mod trace;
 
 pub use any::{AnyGuard, AnyLock};
 pub use capabilities::{Capabilities, Fencing, Waiting};

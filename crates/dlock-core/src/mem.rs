@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::driver::Refusal;
 use crate::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal,
     LostTrigger, Result, Wait, Waiting, drift,
@@ -112,22 +113,6 @@ struct Grant {
     lost: (LostTrigger, LostSignal),
 }
 
-/// Why a release or extend was refused, before it becomes an [`Error`].
-enum Refusal {
-    Expired,
-    HeldByOther,
-}
-
-impl Refusal {
-    fn into_error(self, key: &LockKey) -> Error {
-        let key = key.as_str().to_owned();
-        match self {
-            Refusal::Expired => Error::Lost { key },
-            Refusal::HeldByOther => Error::NotHeld { key },
-        }
-    }
-}
-
 impl Server {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave `State` half-updated in a
@@ -195,6 +180,7 @@ impl Server {
             .is_some_and(|h| h.deadline <= Instant::now());
         if due {
             if let Some(h) = st.keys.get_mut(key).and_then(|e| e.holder.take()) {
+                crate::trace::lost(BACKEND, key.as_str(), crate::trace::why::EXPIRED);
                 h.lost.fire();
             }
             self.free(st, key);
@@ -398,6 +384,7 @@ async fn watchdog(
             return;
         }
         let Some(server) = server.upgrade() else {
+            crate::trace::lost(BACKEND, key.as_str(), crate::trace::why::SESSION_ENDED);
             lost.fire();
             return;
         };
@@ -407,7 +394,10 @@ async fn watchdog(
                 let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
                 *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
             }
-            Err(_) => {
+            Err(refusal) => {
+                if !lost.is_fired() {
+                    crate::trace::lost(BACKEND, key.as_str(), refusal.why());
+                }
                 lost.fire();
                 return;
             }
@@ -438,6 +428,12 @@ impl Lock for MemLock {
     /// Cancel safe: a dropped call removes its waiter at once, or releases the
     /// grant if the hand-off reached it in the meantime.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+        crate::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl MemLock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
         self.check_up()?;
         let started = Instant::now();
         let ttl = opts.ttl.max(MEM_MIN_TTL);
@@ -459,6 +455,7 @@ impl Lock for MemLock {
             if opts.wait == Wait::No {
                 return Err(timeout());
             }
+            crate::trace::queued();
             let (tx, rx) = oneshot::channel();
             st.keys
                 .entry(key.clone())
@@ -577,10 +574,12 @@ impl Guard for MemGuard {
         self.stop_watchdog();
         self.lock.check_up()?;
         self.released = true;
-        self.lock
+        let released = self
+            .lock
             .server
             .release(&self.key, self.id)
-            .map_err(|r| r.into_error(&self.key))
+            .map_err(|r| r.into_error(&self.key));
+        crate::trace::release_result(BACKEND, &self.key, Some(self.token), released)
     }
 }
 

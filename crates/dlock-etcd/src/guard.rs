@@ -10,6 +10,7 @@ use crate::error::BACKEND;
 use crate::protocol::{self, Conn};
 use crate::session::{MIN_TTL, Session};
 use dlock_core::driver::{Outcome, Refusal};
+use dlock_core::trace::{self, why};
 
 /// The guard of an etcd grant. Its token is its key's create revision.
 ///
@@ -37,13 +38,18 @@ pub struct EtcdGuard {
     released: bool,
 }
 
-/// Fires the guard's signal when the session's fires.
-fn follow(session: &Session, trigger: &LostTrigger) -> JoinHandle<()> {
-    let (signal, trigger) = (session.lost(), trigger.clone());
+/// Fires the guard's signal when the session's fires, reporting why.
+fn follow(session: &Session, trigger: &LostTrigger, key: &LockKey) -> JoinHandle<()> {
+    let (signal, validity, trigger, key) = (session.lost(), session.validity(), trigger.clone(), key.clone());
     tokio::spawn(async move {
         signal.wait().await;
-        trigger.fire();
+        lose(&trigger, &key, validity.why().unwrap_or(why::SESSION_ENDED));
     })
+}
+
+/// Reports `lost` (once) and fires the guard's signal.
+fn lose(trigger: &LostTrigger, key: &LockKey, why: &'static str) {
+    dlock_core::driver::lose(trigger, BACKEND, key, why);
 }
 
 impl EtcdGuard {
@@ -55,7 +61,7 @@ impl EtcdGuard {
         session: Arc<Session>,
     ) -> Self {
         let (trigger, lost) = LostSignal::pair();
-        let watcher = follow(&session, &trigger);
+        let watcher = follow(&session, &trigger, &key);
         EtcdGuard {
             conn,
             key,
@@ -197,7 +203,11 @@ impl Guard for EtcdGuard {
         let (client, timeout) = (&self.conn.client, self.conn.timeout);
         let session = self.session();
         if !session.is_alive() {
-            self.trigger.fire();
+            lose(
+                &self.trigger,
+                &self.key,
+                session.validity().why().unwrap_or(why::SESSION_ENDED),
+            );
             return Err(Error::Lost {
                 key: self.key.as_str().to_owned(),
             });
@@ -223,7 +233,7 @@ impl Guard for EtcdGuard {
             self.pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((Arc::clone(&fresh), follow(&fresh, &self.trigger)));
+                .push((Arc::clone(&fresh), follow(&fresh, &self.trigger, &self.key)));
             let found =
                 protocol::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
             if found.is_ok() {
@@ -232,7 +242,7 @@ impl Guard for EtcdGuard {
                 let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
                 watcher.abort();
-                *watcher = follow(&fresh, &self.trigger);
+                *watcher = follow(&fresh, &self.trigger, &self.key);
                 // The old lease is revoked when its session drops: our key is
                 // no longer on it.
                 *session = fresh;
@@ -242,8 +252,8 @@ impl Guard for EtcdGuard {
             }
             found
         };
-        if found.is_err() {
-            self.trigger.fire();
+        if let Err(refusal) = found {
+            lose(&self.trigger, &self.key, refusal.why());
         }
         self.refusal(found)
     }
@@ -266,10 +276,14 @@ impl Guard for EtcdGuard {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
         // On an error, Drop keeps trying in the background.
-        let found = protocol::resign(&self.conn.client, &self.my_key, self.my_rev, self.conn.timeout).await?;
+        let found =
+            match protocol::resign(&self.conn.client, &self.my_key, self.my_rev, self.conn.timeout).await {
+                Ok(found) => found,
+                Err(e) => return trace::release_result(BACKEND, &self.key, self.token(), Err(e)),
+            };
         self.released = true;
         self.trigger.fire();
-        self.refusal(found)
+        trace::release_result(BACKEND, &self.key, self.token(), self.refusal(found))
     }
 }
 

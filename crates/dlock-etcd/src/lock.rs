@@ -336,6 +336,12 @@ impl Lock for EtcdLock {
     /// background (by create revision, or by lease if the transaction's reply
     /// was not seen); its lease is the backstop.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl EtcdLock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
         if self.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
@@ -359,6 +365,9 @@ impl Lock for EtcdLock {
         let (my_rev, first) = protocol::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
         *cleanup.state_mut() = Some(my_rev);
         if !first {
+            if opts.wait != Wait::No {
+                dlock_core::trace::queued();
+            }
             let survived = match opts.wait {
                 Wait::No => return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await),
                 Wait::For(d) => {

@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock_core::driver::{Drift, Validity, saturating_add};
+use dlock_core::trace::{self, why};
 use dlock_core::{LostSignal, Result};
 use etcd_client::Client;
 use tokio::task::JoinHandle;
 
+use crate::error::BACKEND;
 use crate::protocol::{self, KeepAlive, Renewal};
 
 /// The shortest lease etcd grants.
@@ -78,7 +80,7 @@ impl Session {
             let state = Arc::clone(&state);
             tokio::spawn(async move {
                 tokio::time::sleep_until(state.deadline().into()).await;
-                state.fire_lost();
+                state.lose(why::DEADLINE);
             })
         };
         Ok(Arc::new(Session {
@@ -109,6 +111,11 @@ impl Session {
     /// Fires when the lease is, or may be, gone.
     pub(crate) fn lost(&self) -> LostSignal {
         self.signal.clone()
+    }
+
+    /// The lease's validity: why it was lost, once it was.
+    pub(crate) fn validity(&self) -> Arc<Validity> {
+        Arc::clone(&self.state)
     }
 }
 
@@ -148,16 +155,25 @@ async fn keep_alive(
         let mut stream = match tokio::time::timeout_at(deadline.into(), KeepAlive::open(&client, lease)).await
         {
             Ok(Renewal::Alive(stream)) => stream,
-            Ok(Renewal::Gone) | Err(_) => {
-                state.fire_lost();
+            Ok(Renewal::Gone) => {
+                state.lose(why::SESSION_ENDED);
+                return;
+            }
+            Err(_) => {
+                state.lose(why::DEADLINE);
                 return;
             }
             Ok(Renewal::Failed) => {
+                trace::session_renewal_failed(
+                    BACKEND,
+                    &format!("{lease:x}"),
+                    "a keep-alive stream could not be opened",
+                );
                 // Not in a tight loop.
                 let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
                 tokio::time::sleep_until(retry.into()).await;
                 if Instant::now() >= state.deadline() {
-                    state.fire_lost();
+                    state.lose(why::DEADLINE);
                     return;
                 }
                 continue 'stream;
@@ -170,7 +186,7 @@ async fn keep_alive(
             }
             let sent = Instant::now();
             if sent >= state.deadline() {
-                state.fire_lost();
+                state.lose(why::DEADLINE);
                 return;
             }
             match tokio::time::timeout_at(state.deadline().into(), stream.renew()).await {
@@ -178,11 +194,20 @@ async fn keep_alive(
                     state.renewed(sent, ttl);
                     next = saturating_add(sent, period);
                 }
-                Ok(Renewal::Gone) | Err(_) => {
-                    state.fire_lost();
+                Ok(Renewal::Gone) => {
+                    state.lose(why::SESSION_ENDED);
+                    return;
+                }
+                Err(_) => {
+                    state.lose(why::DEADLINE);
                     return;
                 }
                 Ok(Renewal::Failed) => {
+                    trace::session_renewal_failed(
+                        BACKEND,
+                        &format!("{lease:x}"),
+                        "a keep-alive got no answer",
+                    );
                     // The stream ended: a new one shortly (not in a tight loop).
                     let retry =
                         saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());

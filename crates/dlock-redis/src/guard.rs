@@ -47,7 +47,8 @@ impl RedisGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, signal) = Validity::new(sent, ttl, dlock_core::driver::Drift::DEFAULT);
+        let (validity, signal) =
+            Validity::of_key(BACKEND, &key, sent, ttl, dlock_core::driver::Drift::DEFAULT);
         let keeper = {
             let (c, k, v, stop) = (
                 Arc::clone(&conn),
@@ -133,9 +134,9 @@ impl Guard for RedisGuard {
         let _permit = self.validity.renewal().await;
         let sent = Instant::now();
         let outcome = self.conn.extend(&self.lock_key, &self.value, ttl).await?;
-        match outcome {
-            Outcome::Done => self.validity.renewed(sent, ttl),
-            Outcome::Expired | Outcome::HeldByOther => self.validity.fire_lost(),
+        match outcome.refusal() {
+            Ok(()) => self.validity.renewed(sent, ttl),
+            Err(refusal) => self.validity.lose(refusal.why()),
         }
         outcome.into_result(&self.key)
     }
@@ -160,10 +161,18 @@ impl Guard for RedisGuard {
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
         // On an error (or a dropped future), Drop retries in the background.
-        let outcome = self.conn.release(&self.lock_key, &self.value).await?;
+        let outcome = match self.conn.release(&self.lock_key, &self.value).await {
+            Ok(outcome) => outcome,
+            Err(e) => return dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), Err(e)),
+        };
         self.released = true;
         self.validity.fire_lost();
-        outcome.into_result(&self.key)
+        dlock_core::trace::release_result(
+            BACKEND,
+            &self.key,
+            Some(self.token),
+            outcome.into_result(&self.key),
+        )
     }
 }
 

@@ -329,6 +329,12 @@ impl Lock for RedisLock {
     /// Cancel safe: a dropped call sends a compare-value release for an
     /// attempt whose answer it did not see, and gives up its subscription.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl RedisLock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
         self.check_up()?;
         let started = Instant::now();
         let lock_key = self.redis_key(key)?;
@@ -359,6 +365,7 @@ impl Lock for RedisLock {
         if opts.wait == Wait::No {
             return Err(timeout());
         }
+        dlock_core::trace::queued();
         let waiting = self
             .inner
             .waiters

@@ -49,7 +49,7 @@ impl RedlockGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, lost) = Validity::new(sent, ttl, conn.config.drift_of());
+        let (validity, lost) = Validity::of_key(BACKEND, &key, sent, ttl, conn.config.drift_of());
         let keeper = {
             let (c, k, v, stop) = (
                 Arc::clone(&conn),
@@ -159,13 +159,16 @@ impl Guard for RedlockGuard {
                 Ok(())
             }
             Some(Outcome::Done) => {
-                self.validity.fire_lost();
+                // Confirmed too late to count on: the keys may be expiring.
+                self.validity.lose(dlock_core::trace::why::DEADLINE);
                 Err(Error::Lost {
                     key: self.key.as_str().to_owned(),
                 })
             }
             Some(refused) => {
-                self.validity.fire_lost();
+                if let Err(refusal) = refused.refusal() {
+                    self.validity.lose(refusal.why());
+                }
                 refused.into_result(&self.key)
             }
             None => Err(self.conn.no_quorum("extend", tally)),
@@ -202,10 +205,11 @@ impl Guard for RedlockGuard {
                 self.release_until(),
             );
         }
-        match tally.verdict(self.conn.quorum()) {
+        let result = match tally.verdict(self.conn.quorum()) {
             Some(outcome) => outcome.into_result(&self.key),
             None => Err(self.conn.no_quorum("release", tally)),
-        }
+        };
+        dlock_core::trace::release_result(BACKEND, &self.key, self.token(), result)
     }
 }
 

@@ -332,6 +332,12 @@ impl Lock for Redlock {
     /// Cancel safe: a dropped round is released on every node in the
     /// background; the TTL is the backstop.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl Redlock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
         if self.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
@@ -378,6 +384,7 @@ impl Lock for Redlock {
             }
             return Err(failed(last));
         }
+        dlock_core::trace::queued();
         let waiting = self
             .inner
             .waiters

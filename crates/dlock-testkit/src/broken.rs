@@ -64,11 +64,13 @@ pub enum Flaw {
     /// server is heard again and says the lock is gone, long after the local
     /// deadline.
     LostOnlyWhenHeard,
+    /// Reports nothing through `tracing` ([`dlock_core::trace`]).
+    Silent,
 }
 
 impl Flaw {
     /// Every flaw but [`Flaw::None`].
-    pub const BROKEN: [Flaw; 11] = [
+    pub const BROKEN: [Flaw; 12] = [
         Flaw::GrantsToEveryone,
         Flaw::ReusesTokens,
         Flaw::NeverExpires,
@@ -80,6 +82,7 @@ impl Flaw {
         Flaw::UnreachableLooksHeld,
         Flaw::ReleaseIgnoresLinkErrors,
         Flaw::LostOnlyWhenHeard,
+        Flaw::Silent,
     ];
 }
 
@@ -371,10 +374,10 @@ async fn monitor(
     local_deadline: Arc<Mutex<Instant>>,
     lost: LostTrigger,
 ) {
-    let fire = |lost: &LostTrigger| {
-        if lock.flaw != Flaw::LostNeverFires {
-            lost.fire();
-        }
+    let fire = |lost: &LostTrigger, why: &'static str| match lock.flaw {
+        Flaw::LostNeverFires => {}
+        Flaw::Silent => lost.fire(),
+        _ => dlock_core::driver::lose(lost, BACKEND, &key, why),
     };
     let heeds_deadline = lock.flaw != Flaw::LostOnlyWhenHeard;
     loop {
@@ -384,7 +387,7 @@ async fn monitor(
         }
         let deadline = *local_deadline.lock().unwrap_or_else(PoisonError::into_inner);
         if heeds_deadline && Instant::now() >= deadline {
-            return fire(&lost);
+            return fire(&lost, dlock_core::trace::why::DEADLINE);
         }
         let renew_due = opts.auto_extend
             && dlock_core::driver::saturating_add(
@@ -417,7 +420,7 @@ async fn monitor(
             check.await
         };
         if let Ok(false) = verdict {
-            return fire(&lost);
+            return fire(&lost, dlock_core::trace::why::EXPIRED);
         }
     }
 }
@@ -434,6 +437,15 @@ impl Lock for NaiveLock {
     }
 
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
+        if self.flaw == Flaw::Silent {
+            return self.acquire_untraced(key, opts).await;
+        }
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl NaiveLock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
         self.check_up()?;
         let started = Instant::now();
         if let Some((owner, token, _)) = self.attempt(key, opts.ttl).await? {
@@ -449,6 +461,9 @@ impl Lock for NaiveLock {
                 key: key.as_str().to_owned(),
             });
         };
+        if self.flaw != Flaw::Silent {
+            dlock_core::trace::queued();
+        }
         if self.flaw == Flaw::CancelLeavesHeld {
             // The bug: the polling runs in a detached task that outlives us.
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -536,7 +551,7 @@ impl Guard for NaiveGuard {
         if self.lock.flaw != Flaw::LostNeverFires {
             self.trigger.fire();
         }
-        match r {
+        let result = match r {
             Ok(r) => r,
             Err(Error::Unavailable { .. }) if self.lock.flaw == Flaw::ReleaseIgnoresLinkErrors => Ok(()),
             Err(e) => {
@@ -544,7 +559,11 @@ impl Guard for NaiveGuard {
                 self.lock.release_in_background(self.key.clone(), self.owner);
                 Err(e)
             }
+        };
+        if self.lock.flaw == Flaw::Silent {
+            return result;
         }
+        dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), result)
     }
 }
 

@@ -15,6 +15,8 @@
 //! - [`safety`]: the fenced register workload with the holder-pause nemesis.
 //! - [`launcher`]: real `redis-server`, etcd and ZooKeeper processes on free
 //!   loopback ports, plus a TCP fault proxy.
+//! - [`trace`]: a `tracing` subscriber that keeps dlock's events for a
+//!   test (`reports_through_tracing` checks every driver's with it).
 //!
 //! # Testing a driver with the kit
 //!
@@ -116,6 +118,12 @@
 //! | `linked_client` | a client whose every connection (all nodes, all endpoints) crosses a [`Link`] | a client that bypasses its link keeps renewing and fails `dead_link_fires_lost_in_time` |
 //! | `unreachable_client` | a client of closed ports ([`link::nowhere`]) | `unreachable_backend_is_unavailable` expects `Error::Unavailable` from connecting or from the first requests |
 //!
+//! A driver reports through `tracing` with the functions of
+//! [`dlock_core::trace`] (its `acquire` wrapper, `queued`, `lost`,
+//! `release_result`); `reports_through_tracing` installs the kit's
+//! [`trace`] subscriber as the process's global one, so a conformance test
+//! binary must not install another.
+//!
 //! The kit's own tests (`tests/broken.rs`) run every scenario on
 //! [`broken::NaiveLock`] with each planted [`broken::Flaw`] and assert that
 //! the scenario meant for it catches it; `tests/mem.rs` is the shortest
@@ -132,6 +140,7 @@ mod outcome;
 mod runner;
 pub mod safety;
 pub mod scenarios;
+pub mod trace;
 pub mod workload;
 
 pub use factory::{LockFactory, MemFactory};

@@ -65,6 +65,7 @@ macro_rules! __with_scenarios {
             failed_release_is_not_ok,
             unreachable_backend_is_unavailable,
             dead_link_fires_lost_in_time,
+            reports_through_tracing,
         }
     };
 }

@@ -41,6 +41,7 @@ caught! {
     caught_unreachable_looks_held: Flaw::UnreachableLooksHeld => "unreachable_backend_is_unavailable",
     caught_release_ignores_link_errors: Flaw::ReleaseIgnoresLinkErrors => "failed_release_is_not_ok",
     caught_lost_only_when_heard: Flaw::LostOnlyWhenHeard => "dead_link_fires_lost_in_time",
+    caught_silent: Flaw::Silent => "reports_through_tracing",
 }
 
 /// `run_all` reports every scenario and the counts; a flaw stops it at the

@@ -7,8 +7,10 @@ use dlock_core::driver::{Drift, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 use tokio::task::JoinHandle;
 
+use crate::error::BACKEND;
 use crate::protocol;
 use crate::session::Session;
+use dlock_core::trace::{self, why};
 
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
 ///
@@ -48,7 +50,7 @@ impl ZkGuard {
         let own_ttl = (!opts.auto_extend).then(|| Validity::new(Instant::now(), opts.ttl, Drift::DEFAULT).0);
         let keeper = {
             let (session_lost, trigger, own) = (session.lost(), trigger.clone(), own_ttl.clone());
-            let (session, path) = (Arc::clone(&session), path.clone());
+            let (session, path, key) = (Arc::clone(&session), path.clone(), key.clone());
             tokio::spawn(async move {
                 // Boxed, so the idle guard task itself stays small.
                 let deleted = Box::pin(protocol::node_deleted(|| session.client().ok(), &path));
@@ -59,19 +61,19 @@ impl ZkGuard {
                         None => std::future::pending().await,
                     }
                 });
-                let give_up = tokio::select! {
+                let (give_up, why) = tokio::select! {
                     // Expired: the server deleted the node.
-                    () = session_lost.wait() => false,
+                    () = session_lost.wait() => (false, why::SESSION_ENDED),
                     // Someone deleted the node.
-                    () = deleted => false,
+                    () = deleted => (false, why::DELETED),
                     // The server may have expired the session and granted
                     // the lock to someone else; if the session survives,
                     // the node must go.
-                    () = out_of_time => true,
+                    () = out_of_time => (true, why::SESSION_SILENT),
                     // The guard's own TTL ran out: give the lock up.
-                    () = own_ttl => true,
+                    () = own_ttl => (true, why::DEADLINE),
                 };
-                trigger.fire();
+                lose(&trigger, &key, why);
                 if give_up {
                     delete_in_background(&session, path);
                 }
@@ -141,7 +143,7 @@ impl Guard for ZkGuard {
             key: self.key.as_str().to_owned(),
         };
         if self.lost.is_lost() || !self.session.alive() {
-            self.trigger.fire();
+            lose(&self.trigger, &self.key, why::SESSION_ENDED);
             return Err(lost());
         }
         let sent = Instant::now();
@@ -157,7 +159,7 @@ impl Guard for ZkGuard {
         // The sync went through the leader: the session was heard then.
         self.session.answered(sent);
         if !ours {
-            self.trigger.fire();
+            lose(&self.trigger, &self.key, why::DELETED);
             return Err(lost());
         }
         if let Some(v) = &self.own_ttl {
@@ -183,12 +185,24 @@ impl Guard for ZkGuard {
     /// the background.
     async fn release(mut self) -> Result<()> {
         self.keeper.abort();
+        let result = self.delete_node().await;
+        trace::release_result(BACKEND, &self.key, self.token(), result)
+    }
+}
+
+impl ZkGuard {
+    async fn delete_node(&mut self) -> Result<()> {
         let client = self.session.client()?;
         let deleted = protocol::delete(&client, &self.path, self.session.request_timeout).await?;
         self.released = true;
         self.trigger.fire();
         deleted.map_err(|r| r.into_error(&self.key))
     }
+}
+
+/// Reports `lost` (once) and fires the guard's signal.
+fn lose(trigger: &LostTrigger, key: &LockKey, why: &'static str) {
+    dlock_core::driver::lose(trigger, BACKEND, key, why);
 }
 
 impl Drop for ZkGuard {

@@ -326,6 +326,12 @@ impl Lock for ZkLock {
     /// by uuid if the create's reply was not seen); session expiry is the
     /// backstop.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+}
+
+impl ZkLock {
+    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
         let started = Instant::now();
         let dir = self.lock_path(key)?;
         let session = self.session().await?;

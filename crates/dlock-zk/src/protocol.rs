@@ -154,12 +154,16 @@ pub(crate) async fn wait_first(
     key: &str,
     timeout: Duration,
 ) -> Result<std::time::Instant> {
+    let mut queued = false;
     loop {
         let sent = std::time::Instant::now();
         match place(client, dir, me, timeout).await? {
             Place::First => return Ok(sent),
             Place::Gone => return Err(Error::Lost { key: key.to_owned() }),
             Place::After(predecessor) => {
+                if !std::mem::replace(&mut queued, true) {
+                    dlock_core::trace::queued();
+                }
                 let path = format!("{dir}/{predecessor}");
                 match tokio::time::timeout(timeout, client.get_and_watch_data(&path)).await {
                     Ok(Ok((_, _, watcher))) => {

@@ -6,7 +6,7 @@
 //! backend's shortest TTL, and leaves nothing behind: the runner checks the
 //! namespace after each one.
 //!
-//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links` (all
+//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links`, `trace` (all
 //! re-exported here). The one list of scenarios, which makes both the test
 //! functions and the runner's table, is `__with_scenarios!` in the runner.
 
@@ -24,6 +24,7 @@ mod exclusion;
 mod expiry;
 mod fencing;
 mod links;
+mod trace;
 
 pub use basics::*;
 pub use cleanup::*;
@@ -31,6 +32,7 @@ pub use exclusion::*;
 pub use expiry::*;
 pub use fencing::*;
 pub use links::*;
+pub use trace::*;
 
 /// Timings a scenario uses, scaled from the backend's shortest TTL with
 /// generous bounds (the CI machine has 2 shared cores).
