@@ -12,6 +12,7 @@
 //! (`cargo xtask bench` sets them); without them private servers start.
 
 mod floor;
+mod peer;
 mod report;
 mod scenarios;
 mod stats;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use dlock_testkit::launcher::shared;
 
 use crate::floor::Floor;
-use crate::scenarios::{Backend, FanOut, HotKey, ManyKeys, Uncontended};
+use crate::scenarios::{Backend, FanOut, HotKey, ManyKeys, PeerAt, Uncontended};
 use crate::stats::Lat;
 
 /// How much of everything a run does.
@@ -74,6 +75,8 @@ pub(crate) struct BackendResults {
     /// Raw clients' handoff (release → told → take), where there is one.
     pub(crate) handoff_floor: Option<Lat>,
     pub(crate) hot: HotKey,
+    /// The hot key, ours against the peer's, in alternating rounds.
+    pub(crate) versus: Option<(HotKey, HotKey)>,
     pub(crate) many: ManyKeys,
     pub(crate) waiters: Vec<HotKey>,
     /// (resident bytes before, after, guards)
@@ -161,6 +164,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     let backends = [
         Backend {
             name: "redis",
+            peer_at: Some(PeerAt::Rslock(redis.addresses.clone())),
             url: redis.addresses[0].clone(),
             floor: Floor::redis(&redis.addresses[0]).await?,
             other: Floor::redis(&redis.addresses[0]).await?,
@@ -168,6 +172,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         },
         Backend {
             name: "redlock",
+            peer_at: Some(PeerAt::Rslock(nodes.addresses.clone())),
             url: format!("redlock://{}", join(&nodes.addresses)),
             floor: Floor::redlock(&nodes.addresses).await?,
             other: Floor::redlock(&nodes.addresses).await?,
@@ -175,6 +180,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         },
         Backend {
             name: "etcd",
+            peer_at: Some(PeerAt::Etcd(etcd.addresses.clone())),
             url: format!("etcd://{}", join(&etcd.addresses)),
             floor: Floor::etcd(&etcd.addresses).await?,
             other: Floor::etcd(&etcd.addresses).await?,
@@ -182,6 +188,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         },
         Backend {
             name: "zk",
+            peer_at: Some(PeerAt::Zk(zk.addresses[0].clone())),
             url: format!("zk://{}", zk.addresses[0]),
             floor: Floor::zk(&zk.addresses[0]).await?,
             other: Floor::zk(&zk.addresses[0]).await?,
@@ -198,6 +205,18 @@ async fn run(args: &[String]) -> Result<(), String> {
         let round_trip = scenarios::round_trip(b, size.round_trips).await?;
         let handoff_floor = scenarios::handoff_floor(b, size.round_trips / 2).await?;
         let hot = scenarios::hot_key(b, HOT_CLIENTS, HOLD, size.hot).await?;
+        // Versus the peer: rounds alternate, ours first, each half as long.
+        let mut versus = None;
+        for _ in 0..2 {
+            let ours = scenarios::hot_key(b, HOT_CLIENTS, HOLD, size.hot / 2).await?;
+            let Some(theirs) = scenarios::peer_hot_key(b, HOT_CLIENTS, HOLD, size.hot / 2).await? else {
+                break;
+            };
+            versus = Some(match versus {
+                None => (ours, theirs),
+                Some((o, t)) => (HotKey::merged(o, ours), HotKey::merged(t, theirs)),
+            });
+        }
         let many = scenarios::many_keys(b, MANY_TASKS, size.many).await?;
         let mut waiters = Vec::new();
         for n in WAITERS {
@@ -217,6 +236,7 @@ async fn run(args: &[String]) -> Result<(), String> {
             round_trip,
             handoff_floor,
             hot,
+            versus,
             many,
             waiters,
             memory: Some(memory),

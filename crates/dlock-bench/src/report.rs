@@ -71,6 +71,67 @@ fn fairness_target(backend: &str) -> f64 {
 }
 
 /// The markdown report.
+/// What a user would pick instead, in the same run: the uncontended
+/// cycle, interleaved with ours and the floor's.
+fn uncontended_versus_the_peers(w: &mut String, r: &Results) {
+    let _ = writeln!(
+        w,
+        "\n## 1b. Uncontended, versus the peers\n\nThe library a user would pick instead, on the same servers in the same run: rslock (one node; the five Redlock nodes), etcd-client's `lock` / `unlock` (the server's v3lock, on one lease), zookeeper-client's `lock` with Curator's layout. One cycle of the peer, one of ours and one floor cycle in turn. The peers skip work we do (no fencing token on rslock; no waiter notice: an rslock waiter sleeps a random 0-200 ms between tries). Target: our p50 at most 1.0 × the peer's.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| backend | peer | ours p50 / p99 | peer p50 / p99 | ours / peer (p50) | target |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|");
+    for b in &r.backends {
+        let u = &b.uncontended;
+        let Some((peer, lat)) = &u.peer else { continue };
+        let x = ratio(u.ours.p50(), lat.p50());
+        let _ = writeln!(
+            w,
+            "| {} | {peer} | {} / {} | {} / {} | {x:.2}× | {} |",
+            b.name,
+            show(u.ours.p50()),
+            show(u.ours.p99()),
+            show(lat.p50()),
+            show(lat.p99()),
+            verdict(x <= 1.0)
+        );
+    }
+}
+
+/// The hot key, ours and the peer's in alternating rounds.
+fn hot_key_versus_the_peers(w: &mut String, r: &Results) {
+    let _ = writeln!(
+        w,
+        "\n## 2b. Hot key, versus the peers\n\nThe {HOT_CLIENTS}-client scenario of section 2 in rounds alternating ours and the peer's ({:?} per side in all). Handoffs: grants that went to a different client than the last release.\n",
+        r.size.hot
+    );
+    let _ = writeln!(
+        w,
+        "| backend | side | acquisitions/s | handoffs | handoff p50 | handoff p99 | grants per client (min / max) | errors |"
+    );
+    let _ = writeln!(w, "|---|---|---|---|---|---|---|---|");
+    for b in &r.backends {
+        let Some((ours, theirs)) = &b.versus else { continue };
+        let peer = b.uncontended.peer.as_ref().map_or("peer", |(name, _)| name);
+        for (side, h) in [("dlock", ours), (peer, theirs)] {
+            let min = h.grants.iter().min().copied().unwrap_or(0);
+            let max = h.grants.iter().max().copied().unwrap_or(0);
+            let _ = writeln!(
+                w,
+                "| {} | {side} | {:.0} | {} | {} | {} | {min} / {max} | {} |",
+                b.name,
+                h.acquisitions_per_s,
+                h.handoff.count(),
+                show(h.handoff.p50()),
+                show(h.handoff.p99()),
+                h.errors
+            );
+        }
+    }
+}
+
 pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
     let mut d = String::new();
     let w = &mut d;
@@ -141,6 +202,8 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
         );
     }
 
+    uncontended_versus_the_peers(w, r);
+
     let _ = writeln!(
         w,
         "\n## 2. Hot key\n\n{HOT_CLIENTS} independent clients (own connections or sessions), each holding {HOLD:?} then retrying at once, for {:?}. Handoff: from one client calling release to a *different* client's grant. Floors: the raw handoff (two raw clients of the same library: release → the waiter is told → it takes the key; Redis: compare-and-delete + `PUBLISH` → subscriber → `SET NX PX`; etcd: delete → watch event → put; ZooKeeper: delete → exists-watch → create), and one trivial round trip (`GET`, a range get, an `exists`). Targets: handoff p50 ≤ 1 ms, p99 ≤ 5 ms; fairness (fewest / most grants per client) ≥ 0.5 on etcd and ZooKeeper, ≥ 0.25 on Redis and Redlock.\n",
@@ -179,6 +242,8 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
             verdict(met)
         );
     }
+
+    hot_key_versus_the_peers(w, r);
 
     let _ = writeln!(
         w,
@@ -402,7 +467,7 @@ const PALETTE: [RGBColor; 4] = [
 pub(crate) fn svg(r: &Results, stamp: &Stamp) -> Result<String, String> {
     let mut buf = String::new();
     {
-        let root = SVGBackend::with_string(&mut buf, (1000, 1150)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut buf, (1000, 1500)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let (top, rest) = root.split_vertically(50);
         top.draw(&Text::new(
@@ -417,7 +482,7 @@ pub(crate) fn svg(r: &Results, stamp: &Stamp) -> Result<String, String> {
             ("sans-serif", 14),
         ))
         .map_err(|e| e.to_string())?;
-        let panels = rest.split_evenly((3, 1));
+        let panels = rest.split_evenly((4, 1));
         let names: Vec<&str> = r.backends.iter().map(|b| b.name).collect();
         let pick = |f: &dyn Fn(&crate::BackendResults) -> Duration| -> Vec<f64> {
             r.backends.iter().map(|b| us(f(b))).collect()
@@ -445,6 +510,38 @@ pub(crate) fn svg(r: &Results, stamp: &Stamp) -> Result<String, String> {
                 ),
             ],
         )?;
+        bars(
+            &panels[2],
+            "1b / 2b. Versus the peers (µs): uncontended p50, hot-key handoff p50",
+            &names,
+            &[
+                (
+                    "dlock uncontended p50",
+                    PALETTE[0],
+                    pick(&|b| b.uncontended.ours.p50()),
+                ),
+                (
+                    "peer uncontended p50",
+                    PALETTE[1],
+                    pick(&|b| {
+                        b.uncontended
+                            .peer
+                            .as_ref()
+                            .map_or(Duration::ZERO, |(_, l)| l.p50())
+                    }),
+                ),
+                (
+                    "dlock handoff p50",
+                    PALETTE[2],
+                    pick(&|b| b.versus.as_ref().map_or(Duration::ZERO, |(o, _)| o.handoff.p50())),
+                ),
+                (
+                    "peer handoff p50",
+                    PALETTE[3],
+                    pick(&|b| b.versus.as_ref().map_or(Duration::ZERO, |(_, t)| t.handoff.p50())),
+                ),
+            ],
+        )?;
         let series: Vec<(String, RGBColor, Vec<f64>)> = WAITERS
             .iter()
             .enumerate()
@@ -464,7 +561,7 @@ pub(crate) fn svg(r: &Results, stamp: &Stamp) -> Result<String, String> {
             .map(|(n, c, v)| (n.as_str(), *c, v.clone()))
             .collect();
         bars(
-            &panels[2],
+            &panels[3],
             "4. Waiter scaling: handoff p50 (µs) by waiters on one key",
             &names,
             &series,
@@ -503,10 +600,12 @@ mod tests {
             uncontended: Uncontended {
                 ours: lat(ours),
                 floor: lat(floor),
+                peer: Some(("rslock", lat(100))),
             },
             round_trip: lat(50),
             handoff_floor: Some(lat(200)),
             hot: hot(handoff, vec![10, 9, 8, 10]),
+            versus: Some((hot(handoff, vec![10, 9, 8, 10]), hot(900, vec![30, 1, 1, 1]))),
             many: ManyKeys {
                 ours_per_s: 900.0,
                 floor_per_s: 1000.0,
@@ -541,7 +640,9 @@ mod tests {
         let md = markdown(&results(), &stamp());
         for section in [
             "## 1. Uncontended",
+            "## 1b. Uncontended, versus the peers",
             "## 2. Hot key",
+            "## 2b. Hot key, versus the peers",
             "## 3. Many keys",
             "## 4. Waiter scaling",
             "## 5. Redlock fan-out",
@@ -565,6 +666,11 @@ mod tests {
             row("## 1.", "redis")
         );
         assert!(row("## 1.", "zk").contains("3.00×") && row("## 1.", "zk").ends_with("| **missed** |"));
+        // 110 µs against the peer's 100 µs misses the 1.0x target.
+        assert!(
+            row("## 1b.", "redis").contains("1.10×") && row("## 1b.", "redis").ends_with("| **missed** |")
+        );
+        assert!(row("## 2b.", "redis").contains("| dlock |"));
         // Handoff 3 ms on zk misses the 1 ms target; 400 µs on redis meets it.
         assert!(row("## 2.", "zk").ends_with("| **missed** |"));
         assert!(row("## 2.", "redis").ends_with("| met |"));

@@ -7,11 +7,24 @@ use distlock::{AcquireOptions, AnyLock, Guard, Lock, LockKey, Wait};
 use futures::StreamExt;
 
 use crate::floor::Floor;
+use crate::peer::Peer;
 use crate::stats::Lat;
+
+/// Where a backend's peer connects.
+pub(crate) enum PeerAt {
+    /// rslock over these Redis URLs.
+    Rslock(Vec<String>),
+    /// etcd-client at these endpoints.
+    Etcd(Vec<String>),
+    /// zookeeper-client at this connect string.
+    Zk(String),
+}
 
 /// One backend under test: the driver (through the facade, as users take
 /// it) and the floor's raw client.
 pub(crate) struct Backend {
+    /// The peer library's client, made on demand.
+    pub(crate) peer_at: Option<PeerAt>,
     /// `redis`, `redlock`, `etcd`, `zk`.
     pub(crate) name: &'static str,
     /// The dlock URL.
@@ -26,6 +39,16 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
+    /// A new independent client of the peer library, if there is a peer.
+    pub(crate) async fn peer(&self) -> Result<Option<Peer>, String> {
+        Ok(match &self.peer_at {
+            None => None,
+            Some(PeerAt::Rslock(urls)) => Some(Peer::rslock(urls)),
+            Some(PeerAt::Etcd(endpoints)) => Some(Peer::etcd(endpoints).await?),
+            Some(PeerAt::Zk(connect)) => Some(Peer::zk(connect).await?),
+        })
+    }
+
     /// A new independent client (its own connections or session).
     pub(crate) async fn client(&self) -> Result<AnyLock, String> {
         distlock::connect_url(&self.url)
@@ -47,6 +70,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Uncontended {
     pub(crate) ours: Lat,
     pub(crate) floor: Lat,
+    /// The peer's name and cycles, where the backend has one.
+    pub(crate) peer: Option<(&'static str, Lat)>,
 }
 
 pub(crate) async fn uncontended(b: &Backend, iterations: usize) -> Result<Uncontended, String> {
@@ -54,9 +79,18 @@ pub(crate) async fn uncontended(b: &Backend, iterations: usize) -> Result<Uncont
     let k = key("uncontended");
     let floor_key = format!("bench-floor-{:x}", rand::random::<u32>());
     let opts = AcquireOptions::default();
-    let (mut ours, mut floor) = (Lat::default(), Lat::default());
+    let (mut ours, mut floor, mut peer_lat) = (Lat::default(), Lat::default(), Lat::default());
+    let peer = b.peer().await?;
+    let peer_key = format!("bench-peer-{:x}", rand::random::<u32>());
     let warmup = iterations / 10 + 5;
     for i in 0..warmup + iterations {
+        if let Some(p) = &peer {
+            let t = Instant::now();
+            p.cycle(&peer_key).await?;
+            if i >= warmup {
+                peer_lat.record(t.elapsed());
+            }
+        }
         let t = Instant::now();
         let g = client
             .acquire(&k, opts)
@@ -72,7 +106,11 @@ pub(crate) async fn uncontended(b: &Backend, iterations: usize) -> Result<Uncont
             floor.record(f);
         }
     }
-    Ok(Uncontended { ours, floor })
+    Ok(Uncontended {
+        ours,
+        floor,
+        peer: peer.map(|p| (p.name(), peer_lat)),
+    })
 }
 
 /// The floor of a handoff with raw clients (see [`crate::floor::handoff`]).
@@ -104,6 +142,19 @@ pub(crate) struct HotKey {
 }
 
 impl HotKey {
+    /// Two rounds of the same scenario as one (rates averaged by time:
+    /// the rounds are equally long; grants per client position summed).
+    pub(crate) fn merged(a: HotKey, b: HotKey) -> HotKey {
+        let mut handoff = a.handoff;
+        handoff.add(&b.handoff);
+        HotKey {
+            acquisitions_per_s: (a.acquisitions_per_s + b.acquisitions_per_s) / 2.0,
+            handoff,
+            grants: a.grants.iter().zip(&b.grants).map(|(x, y)| x + y).collect(),
+            errors: a.errors + b.errors,
+        }
+    }
+
     /// Fewest grants per client / most.
     pub(crate) fn fairness(&self) -> f64 {
         let min = self.grants.iter().copied().min().unwrap_or(0);
@@ -120,8 +171,66 @@ pub(crate) async fn hot_key(
 ) -> Result<HotKey, String> {
     let mut locks = Vec::new();
     for _ in 0..clients {
-        locks.push(b.client().await?);
+        locks.push(Contender::Ours(b.client().await?));
     }
+    contend(locks, hold, duration).await
+}
+
+/// The same as [`hot_key`] with the backend's peer, if it has one.
+pub(crate) async fn peer_hot_key(
+    b: &Backend,
+    clients: usize,
+    hold: Duration,
+    duration: Duration,
+) -> Result<Option<HotKey>, String> {
+    let mut peers = Vec::new();
+    for _ in 0..clients {
+        match b.peer().await? {
+            Some(p) => peers.push(Contender::Peer(p)),
+            None => return Ok(None),
+        }
+    }
+    contend(peers, hold, duration).await.map(Some)
+}
+
+/// A client of the hot key: ours, or the peer's.
+pub(crate) enum Contender {
+    Ours(AnyLock),
+    Peer(Peer),
+}
+
+enum Taken {
+    Ours(distlock::AnyGuard),
+    Peer(crate::peer::Held),
+}
+
+impl Contender {
+    /// Takes `k`, waiting as its library waits; `Ok(None)` when it gave up
+    /// (the peer's retries ran out): the caller tries again.
+    async fn take(&self, k: &LockKey, opts: AcquireOptions) -> Result<Option<Taken>, String> {
+        match self {
+            Contender::Ours(lock) => lock
+                .acquire(k, opts)
+                .await
+                .map(|g| Some(Taken::Ours(g)))
+                .map_err(|e| e.to_string()),
+            Contender::Peer(p) => Ok(p.lock(k.as_str()).await?.map(Taken::Peer)),
+        }
+    }
+
+    async fn give(&self, taken: Taken) -> Result<(), String> {
+        match (self, taken) {
+            (Contender::Ours(_), Taken::Ours(g)) => g.release().await.map_err(|e| e.to_string()),
+            (Contender::Peer(p), Taken::Peer(h)) => p.unlock(h).await,
+            _ => Err("a lock given back to another client".to_owned()),
+        }
+    }
+}
+
+/// `contenders` loop on one key, each holding `hold` and trying again at
+/// once, for `duration`.
+async fn contend(contenders: Vec<Contender>, hold: Duration, duration: Duration) -> Result<HotKey, String> {
+    let locks = contenders;
     let k = key("hot");
     let last_release: Arc<Mutex<Option<(usize, Instant)>>> = Arc::default();
     let handoff: Arc<Mutex<Lat>> = Arc::default();
@@ -134,8 +243,9 @@ pub(crate) async fn hot_key(
         tasks.push(tokio::spawn(async move {
             let (mut grants, mut errors) = (0u64, 0u64);
             while Instant::now() < stop {
-                let g = match lock.acquire(&k, opts).await {
-                    Ok(g) => g,
+                let g = match lock.take(&k, opts).await {
+                    Ok(Some(g)) => g,
+                    Ok(None) => continue,
                     Err(_) => {
                         errors += 1;
                         continue;
@@ -151,7 +261,7 @@ pub(crate) async fn hot_key(
                 // The work done under the lock.
                 tokio::time::sleep(hold).await;
                 *lock_ref(&last_release) = Some((id, Instant::now()));
-                if g.release().await.is_err() {
+                if lock.give(g).await.is_err() {
                     errors += 1;
                 }
             }

@@ -21,6 +21,17 @@ impl Lat {
         self.0.saturating_record(us);
     }
 
+    /// How many samples.
+    pub(crate) fn count(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// Adds `other`'s samples.
+    pub(crate) fn add(&mut self, other: &Lat) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.0.add(&other.0);
+    }
+
     /// The value at quantile `q` (0.5 for p50).
     pub(crate) fn q(&self, q: f64) -> Duration {
         Duration::from_micros(self.0.value_at_quantile(q))

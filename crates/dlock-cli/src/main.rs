@@ -222,8 +222,9 @@ fn main() -> ExitCode {
 }
 
 /// Prints dlock's `tracing` events ([`distlock::trace`]) to stderr: as
-/// `RUST_LOG` says when it is set (and valid), otherwise at INFO for `-v`
-/// and DEBUG for `-vv`; nothing without either.
+/// `RUST_LOG` says when it is set (and valid: an invalid one is said so and
+/// ignored), otherwise at INFO for `-v` and DEBUG for `-vv`; nothing
+/// without either.
 fn report_to_stderr(verbose: u8, rust_log: Option<String>) {
     use tracing_subscriber::EnvFilter;
     let by_flag = match verbose {

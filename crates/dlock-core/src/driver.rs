@@ -387,10 +387,11 @@ pub async fn keep<R, Fut>(
 /// signal already fired (a release, an earlier loss), then fires `trigger`.
 /// For guards whose signal is not a [`Validity`]'s (session backends).
 pub fn lose(trigger: &LostTrigger, backend: &'static str, key: &LockKey, why: &'static str) {
-    if !trigger.is_fired() {
+    // Only the caller that fires first reports (a keeper and an extend may
+    // race to the same loss).
+    if trigger.fire_first() {
         crate::trace::lost(backend, key.as_str(), why);
     }
-    trigger.fire();
 }
 
 /// The first pause between clean-up attempts; it doubles up to

@@ -316,6 +316,12 @@ impl LostTrigger {
         self.tx.send_replace(true);
     }
 
+    /// Fires the signal; `true` for the one call that fired it first (of
+    /// any number racing), `false` if it had fired already.
+    pub fn fire_first(&self) -> bool {
+        !self.tx.send_replace(true)
+    }
+
     /// `true` once fired.
     pub fn is_fired(&self) -> bool {
         *self.tx.borrow()

@@ -23,17 +23,18 @@
 //! |---|---|---|---|
 //! | `queued` | DEBUG | (in the span) | the name is held: the acquire waits for it |
 //! | `granted` | INFO | (in the span) `token` (absent where the backend gives none), `waited_ms` | the acquire returned a guard |
-//! | `timed out` | INFO | (in the span) `waited_ms` | the wait ran out ([`Error::Timeout`]) |
+//! | `timed out` | INFO (DEBUG for a one-shot try) | (in the span) `waited_ms` | the wait ran out ([`Error::Timeout`]) |
 //! | `acquire failed` | WARN | (in the span) `waited_ms`, `error` | any other error |
 //! | `acquire cancelled` | DEBUG | (in the span) `waited_ms` | the acquire future was dropped |
-//! | `renewal failed` | WARN | `backend`, `key`, `error` | a renewal failed for a reason that is not a refusal (the network); it is retried until the local deadline |
+//! | `renewal failed` | WARN | `backend`, `key`, `error` | a renewal by the keeper failed for a reason that is not a refusal (the network); it is retried until the local deadline (ZooKeeper's session heartbeat is the client library's and reports nothing) |
 //! | `renewal failed` | WARN | `backend`, `session`, `error` | the same for a lease or session that many guards share (etcd) |
 //! | `lost` | WARN | `backend`, `key`, `why` | the lock is, or may be, lost ([`Guard::lost`](crate::Guard::lost) fires) |
 //! | `released` | INFO | `backend`, `key`, `token` | [`Guard::release`](crate::Guard::release) gave the lock back |
 //! | `release failed` | WARN | `backend`, `key`, `error` | a release was refused or could not be confirmed |
 //! | `clean-up retried` | DEBUG | `what`, `error` | a background clean-up (the release of a dropped guard, a waiter's entry) failed once and is retried |
 //! | `clean-up done after retries` | DEBUG | `what`, `failures` | it succeeded in the end |
-//! | `clean-up given up` | WARN | `what`, `failures`, `error`, `why` | it stopped trying; the TTL, lease or session is the backstop |
+//! | `clean-up given up` | WARN | `what`, `why` (and `failures`, `error` once it tried) | it stopped trying; the TTL, lease or session is the backstop |
+//! | `no Tokio runtime to run a detached request in` | DEBUG | `what` | a request that would run detached (a revoke, an unsubscribe) could not; the lease or session is the backstop |
 //!
 //! `why` of `lost` is one of the [`why`] texts. Durations are whole
 //! milliseconds (`*_ms`); `token` is the [`FencingToken`]'s number;
@@ -117,6 +118,7 @@ where
     G: Guard,
     F: Future<Output = Result<G>> + Send,
 {
+    let one_shot = opts.wait == Wait::No;
     let wait_ms = match opts.wait {
         Wait::No => Some(0),
         Wait::For(d) => Some(ms(d)),
@@ -142,6 +144,10 @@ where
             Ok(guard) => {
                 let token = guard.token().map(FencingToken::get);
                 tracing::info!(target: "dlock", token, waited_ms, "granted");
+            }
+            // A one-shot try finding the name held is routine: DEBUG.
+            Err(Error::Timeout { .. }) if one_shot => {
+                tracing::debug!(target: "dlock", waited_ms, "timed out")
             }
             Err(Error::Timeout { .. }) => tracing::info!(target: "dlock", waited_ms, "timed out"),
             Err(e) => tracing::warn!(target: "dlock", waited_ms, error = %e, "acquire failed"),
@@ -172,7 +178,9 @@ pub fn session_renewal_failed(backend: &'static str, session: &str, error: &str)
 
 /// `lost`, with one of the [`why`] texts.
 pub fn lost(backend: &'static str, key: &str, why: &str) {
-    tracing::warn!(target: "dlock", backend, key, why, "lost");
+    // Never part of whatever acquire happens to be running (MemLock notices
+    // one holder's expiry inside another client's acquire).
+    tracing::warn!(target: "dlock", parent: None, backend, key, why, "lost");
 }
 
 /// `released`: a release gave the lock back.

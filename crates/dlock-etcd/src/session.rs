@@ -147,6 +147,8 @@ async fn keep_alive(
 ) {
     let period = ttl / 3;
     let mut next = saturating_add(Instant::now(), period);
+    // Reported once per run of failures (retries come every 100 ms).
+    let mut failing = false;
     'stream: loop {
         if abandoned.load(Ordering::SeqCst) {
             return;
@@ -164,11 +166,7 @@ async fn keep_alive(
                 return;
             }
             Ok(Renewal::Failed) => {
-                trace::session_renewal_failed(
-                    BACKEND,
-                    &format!("{lease:x}"),
-                    "a keep-alive stream could not be opened",
-                );
+                report_once(&mut failing, lease, "a keep-alive stream could not be opened");
                 // Not in a tight loop.
                 let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
                 tokio::time::sleep_until(retry.into()).await;
@@ -191,6 +189,7 @@ async fn keep_alive(
             }
             match tokio::time::timeout_at(state.deadline().into(), stream.renew()).await {
                 Ok(Renewal::Alive(ttl)) => {
+                    failing = false;
                     state.renewed(sent, ttl);
                     next = saturating_add(sent, period);
                 }
@@ -203,11 +202,7 @@ async fn keep_alive(
                     return;
                 }
                 Ok(Renewal::Failed) => {
-                    trace::session_renewal_failed(
-                        BACKEND,
-                        &format!("{lease:x}"),
-                        "a keep-alive got no answer",
-                    );
+                    report_once(&mut failing, lease, "a keep-alive got no answer");
                     // The stream ended: a new one shortly (not in a tight loop).
                     let retry =
                         saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());
@@ -217,6 +212,14 @@ async fn keep_alive(
                 }
             }
         }
+    }
+}
+
+/// `renewal failed` for `lease`, unless this run of failures (`failing`)
+/// was reported already.
+fn report_once(failing: &mut bool, lease: i64, what: &str) {
+    if !std::mem::replace(failing, true) {
+        trace::session_renewal_failed(BACKEND, &format!("{lease:x}"), what);
     }
 }
 

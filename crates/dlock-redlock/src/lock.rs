@@ -384,7 +384,9 @@ impl Redlock {
             }
             return Err(failed(last));
         }
-        dlock_core::trace::queued();
+        if matches!(last, Attempt::Contended { .. }) {
+            dlock_core::trace::queued();
+        }
         let waiting = self
             .inner
             .waiters
