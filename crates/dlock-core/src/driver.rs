@@ -11,7 +11,8 @@
 //!   extend, and their one mapping to [`Error`].
 //! - [`Validity`] and [`keep`]: a guard's local deadline and lost signal,
 //!   and the keeper task that fires `lost()` at the deadline or renews
-//!   before it.
+//!   before it; [`Keeper`], the same for every guard of a client handle in
+//!   one task (a guard costs a slot, not a task).
 //! - [`clean_up_in_background`]: the one detached clean-up (release on drop,
 //!   a contender entry left by a cancelled or timed-out acquire), with one
 //!   retry policy; [`spawn_detached`] for a single detached request (a
@@ -26,6 +27,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use crate::keeper::{Keeper, Kept, Renew};
 use crate::{Error, LockKey, LostSignal, LostTrigger, Result};
 
 /// The slack subtracted from a TTL before a client trusts a grant for it:

@@ -48,6 +48,7 @@ mod capabilities;
 pub mod driver;
 mod error;
 mod fence;
+mod keeper;
 mod key;
 mod lock;
 mod mem;

@@ -1,11 +1,10 @@
-//! [`RedisGuard`] and its keeper task: the local deadline, the watchdog.
+//! [`RedisGuard`] and its slot in the handle's keeper: the local deadline, the watchdog.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Validity, keep};
+use dlock_core::driver::{Kept, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
-use tokio::task::JoinHandle;
 
 use dlock_redis_protocol::Outcome;
 
@@ -31,7 +30,7 @@ pub struct RedisGuard {
     token: FencingToken,
     lost: LostSignal,
     validity: Arc<Validity>,
-    keeper: JoinHandle<()>,
+    keeper: Kept,
     released: bool,
 }
 
@@ -56,17 +55,17 @@ impl RedisGuard {
                 value.clone(),
                 Arc::clone(&conn),
             );
-            tokio::spawn(keep(
+            conn.keeper.keep(
                 Arc::clone(&validity),
                 ttl,
                 opts.auto_extend,
                 sent,
-                move || {
+                Box::new(move || {
                     let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
-                    async move { c.extend(&k, &v, ttl).await.map(Outcome::refusal) }
-                },
+                    Box::pin(async move { c.extend(&k, &v, ttl).await.map(Outcome::refusal) })
+                }),
                 move || stop.is_abandoned(),
-            ))
+            )
         };
         RedisGuard {
             conn,
@@ -155,7 +154,7 @@ impl Guard for RedisGuard {
     /// Dropping the future after the script was sent may or may not release;
     /// the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
-        self.keeper.abort();
+        self.keeper.stop();
         if self.conn.is_abandoned() {
             self.released = true;
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
@@ -178,7 +177,7 @@ impl Guard for RedisGuard {
 
 impl Drop for RedisGuard {
     fn drop(&mut self) {
-        self.keeper.abort();
+        self.keeper.stop();
         if !self.released {
             release_in_background(
                 &self.conn,

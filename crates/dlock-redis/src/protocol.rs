@@ -31,6 +31,8 @@ pub(crate) struct Conn {
     pub(crate) subscriber: SubscriberClient,
     scripts: Scripts,
     abandoned: AtomicBool,
+    /// Keeps every guard of this handle, in one task.
+    pub(crate) keeper: dlock_core::driver::Keeper,
 }
 
 /// The last user gone (the handle and every guard): both connections are
@@ -91,6 +93,7 @@ impl Conn {
             subscriber,
             scripts: Scripts::default(),
             abandoned: AtomicBool::new(false),
+            keeper: dlock_core::driver::Keeper::new(),
         };
         match failure {
             None => Ok(conn),

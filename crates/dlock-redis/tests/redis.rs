@@ -688,3 +688,37 @@ async fn a_server_down_and_a_bad_url_read_as_sentences() {
         "invalid configuration: redis URL redis://a b: invalid domain character"
     );
 }
+
+/// A guard costs a slot in its handle's keeper, not a task: 50 guards with
+/// auto-extend add at most the one keeper task, and they are all renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keeper_task_renews_every_guard_of_a_handle() {
+    let server = Redis::start().await.unwrap();
+    let lock = connect(&server, &ns()).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // Warm up: every connection and subscription task is running.
+    lock.acquire(&key("warm"), AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = metrics.num_alive_tasks();
+    let ttl = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        let opts = AcquireOptions::default().ttl(ttl);
+        guards.push(lock.acquire(&key(&format!("k{i}")), opts).await.unwrap());
+    }
+    let during = metrics.num_alive_tasks();
+    assert!(
+        during <= before + 1,
+        "{before} tasks before 50 guards, {during} with them"
+    );
+    // Three TTLs later every guard still holds: the one task renewed them all.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(guards.iter().all(Guard::is_held), "a guard was not renewed");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}

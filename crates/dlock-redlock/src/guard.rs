@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Validity, keep};
+use dlock_core::driver::{Kept, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 use dlock_redis_protocol::{Outcome, millis};
-use tokio::task::JoinHandle;
 
 use crate::error::BACKEND;
 use crate::protocol::{Conn, MIN_TTL};
@@ -31,7 +30,7 @@ pub struct RedlockGuard {
     value: String,
     lost: LostSignal,
     validity: Arc<Validity>,
-    keeper: JoinHandle<()>,
+    keeper: Kept,
     /// The longest TTL any node's key was given (ms): a release that does
     /// not reach every node is retried that long, after which the key has
     /// expired everywhere.
@@ -57,23 +56,23 @@ impl RedlockGuard {
                 value.clone(),
                 Arc::clone(&conn),
             );
-            tokio::spawn(keep(
+            conn.keeper.keep(
                 Arc::clone(&validity),
                 ttl,
                 opts.auto_extend,
                 sent,
-                move || {
+                Box::new(move || {
                     let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
-                    async move {
+                    Box::pin(async move {
                         let tally = c.extend_everywhere(&k, &v, ttl).await;
                         tally
                             .verdict(c.quorum())
                             .map(Outcome::refusal)
                             .ok_or_else(|| c.no_quorum("extend", tally))
-                    }
-                },
+                    })
+                }),
                 move || stop.is_abandoned(),
-            ))
+            )
         };
         RedlockGuard {
             conn,
@@ -189,7 +188,7 @@ impl Guard for RedlockGuard {
     /// Dropping the future after sending may release on some nodes only; the
     /// TTL is the backstop.
     async fn release(mut self) -> Result<()> {
-        self.keeper.abort();
+        self.keeper.stop();
         self.released = true;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
@@ -215,7 +214,7 @@ impl Guard for RedlockGuard {
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
-        self.keeper.abort();
+        self.keeper.stop();
         if !self.released {
             let until = self.release_until();
             release_in_background(

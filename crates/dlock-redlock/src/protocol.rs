@@ -41,6 +41,8 @@ pub(crate) struct Conn {
     pub(crate) config: RedlockConfig,
     scripts: Scripts,
     abandoned: AtomicBool,
+    /// Keeps every guard of this handle, in one task.
+    pub(crate) keeper: dlock_core::driver::Keeper,
 }
 
 /// The last user gone (the handle and every guard): every connection is
@@ -96,6 +98,7 @@ impl Conn {
             config,
             scripts: Scripts::default(),
             abandoned: AtomicBool::new(false),
+            keeper: dlock_core::driver::Keeper::new(),
         };
         Ok((conn, tasks))
     }

@@ -491,3 +491,40 @@ async fn nodes_down_and_a_bad_url_read_as_sentences() {
     assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
     assert_eq!(e.to_string().matches("invalid configuration").count(), 1, "{e}");
 }
+
+/// A guard costs a slot in its handle's keeper, not a task: 20 guards with
+/// auto-extend add at most the one keeper task, and they are all renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keeper_task_renews_every_guard_of_a_handle() {
+    let nodes = Nodes::start().await;
+    let lock = Redlock::connect(nodes.config()).await.unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let warm = LockKey::new(format!("warm-{:x}", rand::random::<u64>())).unwrap();
+    lock.acquire(&warm, AcquireOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = metrics.num_alive_tasks();
+    let ttl = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        let k = LockKey::new(format!("kept-{i}-{:x}", rand::random::<u64>())).unwrap();
+        guards.push(
+            lock.acquire(&k, AcquireOptions::default().ttl(ttl))
+                .await
+                .unwrap(),
+        );
+    }
+    let during = metrics.num_alive_tasks();
+    assert!(
+        during <= before + 1,
+        "{before} tasks before 20 guards, {during} with them"
+    );
+    tokio::time::sleep(ttl * 3).await;
+    assert!(guards.iter().all(Guard::is_held), "a guard was not renewed");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
