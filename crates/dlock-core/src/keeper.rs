@@ -26,6 +26,10 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 /// together run concurrently. The task ends when the handle and every
 /// guard are gone.
 ///
+/// The task runs on the runtime of the first guard it keeps: a handle
+/// whose guards outlive that runtime must make them on a runtime that
+/// lives as long as they do (the usual one runtime per process does).
+///
 /// ```
 /// use std::time::{Duration, Instant};
 /// use dlock_core::driver::{Drift, Keeper, Validity};
@@ -50,6 +54,7 @@ pub struct Keeper {
 enum Msg {
     Keep(u64, Entry),
     Forget(u64),
+    Moved(u64),
 }
 
 /// A guard's place in its [`Keeper`]. Dropping it (or [`stop`](Kept::stop))
@@ -69,6 +74,15 @@ impl Kept {
         if !self.stopped.swap(true, Ordering::SeqCst) {
             // The task may be gone (its runtime ended): nothing to forget.
             let _ = self.tx.send(Msg::Forget(self.id));
+        }
+    }
+
+    /// The guard's deadline moved (a manual extend was confirmed: call it
+    /// after [`Validity::renewed`]); the keeper looks at it again now, so a
+    /// deadline moved *earlier* is kept too.
+    pub fn moved(&self) {
+        if !self.stopped.load(Ordering::SeqCst) {
+            let _ = self.tx.send(Msg::Moved(self.id));
         }
     }
 }
@@ -174,6 +188,9 @@ impl Keeper {
     }
 }
 
+/// The longest an entry sleeps in the queue before it is looked at again.
+const LONGEST_SLEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+
 type Renewing = Pin<Box<dyn Future<Output = Option<(u64, Entry)>> + Send>>;
 
 /// The timer queue and where each guard's slot is in it.
@@ -188,9 +205,20 @@ impl Slots {
         if entry.gone() {
             return;
         }
-        let at = entry.wake();
+        // The timer queue takes nothing beyond about two years (it panics):
+        // a later wake is a look at it again in a month.
+        let at = entry.wake().min(saturating_add(Instant::now(), LONGEST_SLEEP));
         let key = self.queue.insert_at((id, entry), at.into());
         self.keys.insert(id, key);
+    }
+
+    /// Looks at a queued entry again (mid-renewal, it is rescheduled
+    /// with a fresh wake time anyway).
+    fn moved(&mut self, id: u64) {
+        if let Some(key) = self.keys.remove(&id) {
+            let (id, entry) = self.queue.remove(&key).into_inner();
+            self.schedule(id, entry);
+        }
     }
 
     fn forget(&mut self, id: u64) {
@@ -214,6 +242,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Msg>) {
             msg = rx.recv(), if open => match msg {
                 Some(Msg::Keep(id, entry)) => slots.schedule(id, entry),
                 Some(Msg::Forget(id)) => slots.forget(id),
+                Some(Msg::Moved(id)) => slots.moved(id),
                 None => open = false,
             },
             Some(due) = slots.queue.next(), if !slots.queue.is_empty() => {
@@ -259,6 +288,10 @@ async fn renew(mut entry: Entry) -> Option<Entry> {
     let Ok(permit) = tokio::time::timeout_at(deadline.into(), validity.renewal()).await else {
         return Some(entry);
     };
+    // Released, or lost to a refused extend, while it waited.
+    if entry.gone() {
+        return None;
+    }
     let sent = Instant::now();
     let deadline = validity.deadline();
     let outcome = tokio::time::timeout_at(deadline.into(), (entry.renew)()).await;
@@ -378,6 +411,65 @@ mod tests {
         let after = renewals.load(Ordering::SeqCst);
         tokio::time::sleep(ttl).await;
         assert_eq!(renewals.load(Ordering::SeqCst), after);
+    }
+
+    /// A guard of a century's TTL (auto-extended or not) is kept like any
+    /// other: the queue, which takes nothing beyond about two years, does
+    /// not panic, and the task goes on keeping the others.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn huge_ttls_do_not_stop_the_keeper() {
+        let keeper = Keeper::new();
+        // Kept first: if a huge entry killed the task, nobody would lose it.
+        let ttl = Duration::from_millis(300);
+        let (v, lost) = validity(ttl);
+        let _short = keeper.keep(
+            Arc::clone(&v),
+            ttl,
+            false,
+            Instant::now(),
+            Box::new(|| Box::pin(async { Ok(Ok(())) })),
+            || false,
+        );
+        let mut kept = Vec::new();
+        for auto_extend in [true, false] {
+            let (v, huge_lost) = validity(Duration::MAX);
+            kept.push(keeper.keep(
+                v,
+                Duration::MAX,
+                auto_extend,
+                Instant::now(),
+                Box::new(|| Box::pin(async { Ok(Ok(())) })),
+                || false,
+            ));
+            assert!(!huge_lost.is_lost());
+        }
+        tokio::time::timeout(Duration::from_secs(10), lost.wait())
+            .await
+            .expect("the keeper still keeps the short guard");
+        // Lost by the keeper at its deadline, not by a dead task dropping it.
+        assert_eq!(v.why(), Some(crate::trace::why::DEADLINE));
+    }
+
+    /// An extend that moves the deadline earlier is kept: lost() fires at
+    /// the new deadline, not at the old one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deadline_moved_earlier_is_kept() {
+        let keeper = Keeper::new();
+        let (v, lost) = validity(Duration::from_secs(60));
+        let kept = keeper.keep(
+            Arc::clone(&v),
+            Duration::from_secs(60),
+            false,
+            Instant::now(),
+            Box::new(|| Box::pin(async { Ok(Ok(())) })),
+            || false,
+        );
+        v.renewed(Instant::now(), Duration::from_millis(200));
+        kept.moved();
+        tokio::time::timeout(Duration::from_secs(10), lost.wait())
+            .await
+            .expect("lost() at the moved deadline");
+        assert_eq!(v.why(), Some(crate::trace::why::DEADLINE));
     }
 
     /// Renewals that fail without a refusal are retried, and the guard is

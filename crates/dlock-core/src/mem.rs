@@ -212,8 +212,16 @@ impl Server {
     fn extend(self: &Arc<Self>, key: &LockKey, id: u64, ttl: Duration) -> std::result::Result<(), Refusal> {
         let mut st = self.state();
         self.check_holder(&mut st, key, id)?;
+        let mut earlier = false;
         if let Some(h) = st.keys.get_mut(key).and_then(|e| e.holder.as_mut()) {
-            h.deadline = crate::driver::saturating_add(Instant::now(), ttl);
+            let deadline = crate::driver::saturating_add(Instant::now(), ttl);
+            earlier = deadline < h.deadline;
+            h.deadline = deadline;
+        }
+        drop(st);
+        if earlier {
+            // The expiry timer sleeps until the old deadline: one for the new.
+            self.expire_in_background(key, id);
         }
         Ok(())
     }

@@ -134,7 +134,10 @@ impl Guard for RedisGuard {
         let sent = Instant::now();
         let outcome = self.conn.extend(&self.lock_key, &self.value, ttl).await?;
         match outcome.refusal() {
-            Ok(()) => self.validity.renewed(sent, ttl),
+            Ok(()) => {
+                self.validity.renewed(sent, ttl);
+                self.keeper.moved();
+            }
             Err(refusal) => self.validity.lose(refusal.why()),
         }
         outcome.into_result(&self.key)

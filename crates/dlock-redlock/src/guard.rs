@@ -155,6 +155,7 @@ impl Guard for RedlockGuard {
         match tally.verdict(self.conn.quorum()) {
             Some(Outcome::Done) if in_time => {
                 self.validity.renewed(sent, ttl);
+                self.keeper.moved();
                 Ok(())
             }
             Some(Outcome::Done) => {

@@ -59,6 +59,7 @@ macro_rules! __with_scenarios {
             with_lock_cancels_on_loss,
             try_acquire_race,
             extend_keeps_lock,
+            extend_to_a_shorter_ttl_is_kept,
             namespace_clean_after_use,
             huge_durations_are_safe,
             cancelled_acquire_in_flight_leaves_nothing,

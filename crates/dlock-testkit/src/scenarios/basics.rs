@@ -221,6 +221,21 @@ pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
                     Error::InvalidConfig(_) | Error::Backend { .. } => Ok(()),
                     e => Err(e),
                 })?;
+                // Whatever watches this client's guards still watches the
+                // others: a short one beside the huge one is lost in time.
+                let short = a
+                    .acquire(
+                        &ctx.key(&format!("beside-huge-{auto_extend}")),
+                        ctx.opts(t.short_ttl).auto_extend(false),
+                    )
+                    .await?;
+                within(
+                    t.short_ttl + t.slack,
+                    "lost() of a short guard beside a huge one",
+                    short.lost().wait(),
+                )
+                .await?;
+                drop(short);
                 g.release().await?;
             }
             Err(Error::InvalidConfig(_) | Error::Backend { .. }) => {}

@@ -229,3 +229,25 @@ pub async fn with_lock_cancels_on_loss<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     ensure!(v == k.as_str().len(), "with_lock returned {v}");
     Ok(Verdict::Passed)
 }
+
+/// An extend to a *shorter* TTL is kept: `lost()` fires by the new
+/// deadline, not at the old one (`extend` resets the TTL to `ttl` from now).
+pub async fn extend_to_a_shorter_ttl_is_kept<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let a = ctx.client().await?;
+    let k = ctx.key("shortened");
+    let t = ctx.timing();
+    let g = a.acquire(&k, ctx.opts(t.long_ttl).auto_extend(false)).await?;
+    g.extend(t.short_ttl).await?;
+    within(
+        t.short_ttl + t.slack,
+        &format!(
+            "lost() after an extend from {:?} to {:?}",
+            t.long_ttl, t.short_ttl
+        ),
+        g.lost().wait(),
+    )
+    .await?;
+    ensure!(!g.is_held(), "is_held() is true after lost() fired");
+    drop(g);
+    Ok(Verdict::Passed)
+}
