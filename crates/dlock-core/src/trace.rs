@@ -28,8 +28,8 @@
 //! | `acquire cancelled` | DEBUG | (in the span) `waited_ms` | the acquire future was dropped |
 //! | `renewal failed` | WARN | `backend`, `key`, `error` | a renewal by the keeper failed for a reason that is not a refusal (the network); it is retried until the local deadline (ZooKeeper's session heartbeat is the client library's and reports nothing) |
 //! | `renewal failed` | WARN | `backend`, `session`, `error` | the same for a lease or session that many guards share (etcd) |
-//! | `lost` | WARN | `backend`, `key`, `why` | the lock is, or may be, lost ([`Guard::lost`](crate::Guard::lost) fires) |
-//! | `released` | INFO | `backend`, `key`, `token` | [`Guard::release`](crate::Guard::release) gave the lock back |
+//! | `lost` | WARN | `backend`, `key`, `why` | the lock is, or may be, lost ([`Guard::lost`] fires) |
+//! | `released` | INFO | `backend`, `key`, `token` | [`Guard::release`] gave the lock back |
 //! | `release failed` | WARN | `backend`, `key`, `error` | a release was refused or could not be confirmed |
 //! | `clean-up retried` | DEBUG | `what`, `error` | a background clean-up (the release of a dropped guard, a waiter's entry) failed once and is retried |
 //! | `clean-up done after retries` | DEBUG | `what`, `failures` | it succeeded in the end |
