@@ -120,6 +120,7 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
 /// order, each verified by building it from its package against the others'),
 /// so a missing file or a manifest crates.io would refuse fails CI.
 pub async fn package() -> Result<(), String> {
+    forget_stale_packages()?;
     let mut args = vec!["package", "--workspace", "--allow-dirty"];
     for unpublished in UNPUBLISHED {
         args.extend(["--exclude", unpublished]);
@@ -127,11 +128,87 @@ pub async fn package() -> Result<(), String> {
     cargo(&args, &[]).await
 }
 
+/// Removes what an earlier `cargo package` of this workspace unpacked
+/// into cargo's registry sources. Cargo verifies each package against the
+/// others through a local registry it unpacks under
+/// `$CARGO_HOME/registry/src/-<hash>/` (the hash is of the package
+/// directory's path, the same every run), and reuses an unpacked
+/// `name-version` it finds there: with the version unchanged, a second run
+/// on the same machine built against the first run's sources.
+fn forget_stale_packages() -> Result<(), String> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => std::path::PathBuf::from(home),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    let ours = workspace_packages()?;
+    for registry in registries.flatten() {
+        // Local registries only; crates.io's is named after its index.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for name in &ours {
+            let unpacked = registry.path().join(name);
+            if unpacked.exists() {
+                std::fs::remove_dir_all(&unpacked)
+                    .map_err(|e| format!("cannot remove {}: {e}", unpacked.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `name-version` of every workspace crate, from the manifests.
+fn workspace_packages() -> Result<Vec<String>, String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let workspace = read(&root.join("Cargo.toml"))?;
+    let version = workspace
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .ok_or("no workspace version in Cargo.toml")?
+        .to_owned();
+    let mut names = Vec::new();
+    let crates = std::fs::read_dir(root.join("crates")).map_err(|e| e.to_string())?;
+    for dir in crates.flatten() {
+        let manifest = read(&dir.path().join("Cargo.toml"))?;
+        if let Some(name) = manifest
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = \""))
+            .and_then(|n| n.strip_suffix('"'))
+        {
+            names.push(format!("{name}-{version}"));
+        }
+    }
+    Ok(names)
+}
+
 /// The workspace's crates with `publish = false`.
 pub const UNPUBLISHED: [&str; 2] = ["dlock-bench", "xtask"];
 
 #[cfg(test)]
 mod tests {
+    /// Every published crate is found by name and the workspace version
+    /// (so a stale unpacked copy of it can be removed).
+    #[test]
+    fn workspace_packages_are_named_with_the_version() {
+        let names = super::workspace_packages().unwrap();
+        for name in [
+            "dlock-core-0.1.0",
+            "distlock-0.1.0",
+            "dlock-testkit-0.1.0",
+            "dlock-cli-0.1.0",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+    }
+
     /// `UNPUBLISHED` is exactly the workspace's crates that say
     /// `publish = false`, so `cargo package` checks every other one.
     #[test]
