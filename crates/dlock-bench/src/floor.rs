@@ -65,16 +65,7 @@ impl Floor {
 
     /// ZooKeeper at `connect` (`host:port,...`).
     pub(crate) async fn zk(connect: &str) -> Result<Floor, String> {
-        let client = zookeeper_client::Client::connect(connect)
-            .await
-            .map_err(|e| format!("zookeeper {connect}: {e}"))?;
-        match client
-            .create(ZK_DIR, b"", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
-            .await
-        {
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(Floor::Zk(client)),
-            Err(e) => Err(format!("zookeeper {connect}: creating {ZK_DIR}: {e}")),
-        }
+        Ok(Floor::Zk(zk_with_dir(connect, ZK_DIR).await?))
     }
 
     /// The least a lock can do: take `key` (TTL 30 s where there is one)
@@ -148,6 +139,21 @@ impl Floor {
                 .map_err(|e| err(&e)),
             Floor::Zk(c) => c.check_stat(ZK_DIR).await.map(drop).map_err(|e| err(&e)),
         }
+    }
+}
+
+/// A ZooKeeper client at `connect`, with the persistent node `dir` made
+/// if it is not there (the floor's and the peer's parent).
+pub(crate) async fn zk_with_dir(connect: &str, dir: &str) -> Result<zookeeper_client::Client, String> {
+    let client = zookeeper_client::Client::connect(connect)
+        .await
+        .map_err(|e| format!("zookeeper {connect}: {e}"))?;
+    match client
+        .create(dir, b"", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .await
+    {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(client),
+        Err(e) => Err(format!("zookeeper {connect}: creating {dir}: {e}")),
     }
 }
 

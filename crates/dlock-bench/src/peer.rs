@@ -69,16 +69,7 @@ impl Peer {
 
     /// zookeeper-client at `connect`.
     pub(crate) async fn zk(connect: &str) -> Result<Peer, String> {
-        let client = zookeeper_client::Client::connect(connect)
-            .await
-            .map_err(|e| format!("zookeeper {connect}: {e}"))?;
-        match client
-            .create(ZK_DIR, b"", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
-            .await
-        {
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(Peer::Zk(client)),
-            Err(e) => Err(format!("zookeeper {connect}: creating {ZK_DIR}: {e}")),
-        }
+        Ok(Peer::Zk(crate::floor::zk_with_dir(connect, ZK_DIR).await?))
     }
 
     /// One try at `key` (`Ok(None)`: held by someone else), for the hot key;

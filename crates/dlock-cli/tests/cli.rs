@@ -68,6 +68,17 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A `dlock run` holding `key` for `secs` seconds, once its command runs
+/// (it touches `started`).
+async fn hold(url: &str, key: &str, started: &Path, secs: u32) -> std::process::Child {
+    let script = format!("touch {}; sleep {secs}", started.display());
+    let holder = dlock(url, &["run", key, "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    until("the holder to start", || started.exists()).await;
+    holder
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -146,20 +157,7 @@ async fn no_wait_on_a_held_key_fails_fast_and_names_the_holder() {
     for (name, url) in &b.urls {
         let key = unique("held");
         let started = dir.path().join(format!("{name}.started"));
-        let mut holder = dlock(
-            url,
-            &[
-                "run",
-                &key,
-                "--",
-                "sh",
-                "-c",
-                &format!("touch {}; sleep 3", started.display()),
-            ],
-        )
-        .spawn()
-        .unwrap();
-        until("the holder to start", || started.exists()).await;
+        let mut holder = hold(url, &key, &started, 3).await;
         let t = Instant::now();
         let out = run(url, &key, &["--no-wait"], "echo should-not-run");
         assert_eq!(out.status.code(), Some(75), "{name}: {out:?}");
@@ -588,20 +586,7 @@ async fn verbose_tells_what_the_lock_does_on_stderr() {
         assert!(quiet.stderr.is_empty(), "{name}: {quiet:?}");
 
         let started = dir.path().join(format!("{name}.started"));
-        let mut holder = dlock(
-            url,
-            &[
-                "run",
-                &key,
-                "--",
-                "sh",
-                "-c",
-                &format!("touch {}; sleep 2", started.display()),
-            ],
-        )
-        .spawn()
-        .unwrap();
-        until("the holder to start", || started.exists()).await;
+        let mut holder = hold(url, &key, &started, 2).await;
         let waiting = ["run", &key, "--wait", "200ms", "--", "true"];
         let mut very_verbose = dlock(url, &[&["-vv"][..], &waiting].concat());
         let mut rust_log = dlock(url, &waiting);
