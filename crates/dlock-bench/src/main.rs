@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! dlock-bench [--quick] [--backend NAME] [--out DIR]
+//! dlock-bench --breakdown [--quick] [--backend NAME]  (scenario 1c alone, to stdout)
 //! dlock-bench --memory URL --guards N      (scenario 6's child process)
 //! ```
 //!
 //! Servers come from the same `DLOCK_TEST_*` variables as the tests
 //! (`cargo xtask bench` sets them); without them private servers start.
 
+mod breakdown;
 mod floor;
 mod peer;
 mod report;
@@ -72,6 +74,8 @@ pub(crate) struct BackendResults {
     pub(crate) name: &'static str,
     pub(crate) uncontended: Uncontended,
     pub(crate) round_trip: Lat,
+    /// Scenario 1c.
+    pub(crate) breakdown: breakdown::Breakdown,
     /// Raw clients' handoff (release → told → take), where there is one.
     pub(crate) handoff_floor: Option<Lat>,
     pub(crate) hot: HotKey,
@@ -140,16 +144,18 @@ fn strip(u: &str) -> String {
 async fn run(args: &[String]) -> Result<(), String> {
     let mut quick = false;
     let mut only: Option<String> = None;
+    let mut breakdown_only = false;
     let mut out = std::path::PathBuf::from(".");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--breakdown" => breakdown_only = true,
             "--out" => out = it.next().ok_or("--out needs a directory")?.into(),
             "--backend" => only = Some(it.next().ok_or("--backend needs a name")?.clone()),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: dlock-bench [--quick] [--backend NAME] [--out DIR]"
+                    "unknown argument {other:?}; usage: dlock-bench [--quick] [--breakdown] [--backend NAME] [--out DIR]"
                 ));
             }
         }
@@ -201,6 +207,11 @@ async fn run(args: &[String]) -> Result<(), String> {
         .filter(|b| only.as_ref().is_none_or(|o| o == b.name))
     {
         eprintln!("dlock-bench: {} ...", b.name);
+        let breakdown = breakdown::breakdown(b, size.iterations).await?;
+        if breakdown_only {
+            print!("{}", report::breakdown_table(b.name, &breakdown));
+            continue;
+        }
         let uncontended = scenarios::uncontended(b, size.iterations).await?;
         let round_trip = scenarios::round_trip(b, size.round_trips).await?;
         let handoff_floor = scenarios::handoff_floor(b, size.round_trips / 2).await?;
@@ -234,6 +245,7 @@ async fn run(args: &[String]) -> Result<(), String> {
             name: b.name,
             uncontended,
             round_trip,
+            breakdown,
             handoff_floor,
             hot,
             versus,
@@ -241,6 +253,9 @@ async fn run(args: &[String]) -> Result<(), String> {
             waiters,
             memory: Some(memory),
         });
+    }
+    if breakdown_only {
+        return Ok(());
     }
     eprintln!("dlock-bench: redlock fan-out ...");
     let fan_out = scenarios::fan_out(&nodes.addresses, size.fan_out).await?;

@@ -70,7 +70,6 @@ fn fairness_target(backend: &str) -> f64 {
     }
 }
 
-/// The markdown report.
 /// What a user would pick instead, in the same run: the uncontended
 /// cycle, interleaved with ours and the floor's.
 fn uncontended_versus_the_peers(w: &mut String, r: &Results) {
@@ -132,6 +131,42 @@ fn hot_key_versus_the_peers(w: &mut String, r: &Results) {
     }
 }
 
+/// Scenario 1c's heading and explanation.
+const BREAKDOWN_INTRO: &str = "\n## 1c. Where the time goes\n\nThe uncontended cycle taken apart, one pass of its own per row (so the counters are that row's alone): the floor, the peer, our two scripts alone through the floor's raw client (Redis), the static driver without and with auto-extend, and the facade's `AnyLock` (what sections 1 and 1b measure). Client CPU: this process's CPU time per cycle, every thread (our code, the client library's connection tasks, the system calls). Allocations from a counting allocator. Parks: how often a runtime worker went to sleep per cycle (the wake-ups a cycle needs). Server CPU: the server processes' CPU time per cycle from `INFO cpu` before and after the pass (Redis and Redlock, summed over the nodes).\n";
+
+/// One backend's rows of scenario 1c (the table's header included when
+/// `header`).
+fn breakdown_rows(w: &mut String, name: &str, b: &crate::breakdown::Breakdown, header: bool) {
+    if header {
+        let _ = writeln!(
+            w,
+            "| backend | what | p50 | client CPU / cycle | allocations / cycle | bytes / cycle | parks / cycle | server CPU / cycle |"
+        );
+        let _ = writeln!(w, "|---|---|---|---|---|---|---|---|");
+    }
+    for p in &b.parts {
+        let _ = writeln!(
+            w,
+            "| {name} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {} |",
+            p.what,
+            show(p.lat.p50()),
+            show(p.cpu),
+            p.allocs,
+            p.bytes,
+            p.parks,
+            p.server.map_or_else(|| "-".to_owned(), show),
+        );
+    }
+}
+
+/// Scenario 1c of one backend alone (`dlock-bench --breakdown`).
+pub(crate) fn breakdown_table(name: &str, b: &crate::breakdown::Breakdown) -> String {
+    let mut w = String::new();
+    breakdown_rows(&mut w, name, b, true);
+    w
+}
+
+/// The markdown report.
 pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
     let mut d = String::new();
     let w = &mut d;
@@ -203,6 +238,10 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
     }
 
     uncontended_versus_the_peers(w, r);
+    let _ = writeln!(w, "{BREAKDOWN_INTRO}");
+    for (i, b) in r.backends.iter().enumerate() {
+        breakdown_rows(w, b.name, &b.breakdown, i == 0);
+    }
 
     let _ = writeln!(
         w,
@@ -603,6 +642,17 @@ mod tests {
                 peer: Some(("rslock", lat(100))),
             },
             round_trip: lat(50),
+            breakdown: crate::breakdown::Breakdown {
+                parts: vec![crate::breakdown::Part {
+                    what: "floor".into(),
+                    lat: lat(floor),
+                    cpu: Duration::from_micros(80),
+                    allocs: 26.0,
+                    bytes: 18_000.0,
+                    parks: 6.0,
+                    server: Some(Duration::from_micros(40)),
+                }],
+            },
             handoff_floor: Some(lat(200)),
             hot: hot(handoff, vec![10, 9, 8, 10]),
             versus: Some((hot(handoff, vec![10, 9, 8, 10]), hot(900, vec![30, 1, 1, 1]))),
@@ -641,6 +691,7 @@ mod tests {
         for section in [
             "## 1. Uncontended",
             "## 1b. Uncontended, versus the peers",
+            "## 1c. Where the time goes",
             "## 2. Hot key",
             "## 2b. Hot key, versus the peers",
             "## 3. Many keys",

@@ -57,7 +57,7 @@ impl Backend {
     }
 }
 
-fn key(name: &str) -> LockKey {
+pub(crate) fn key(name: &str) -> LockKey {
     LockKey::new(format!("bench-{name}-{:x}", rand::random::<u32>())).expect("a valid key")
 }
 

@@ -1,16 +1,16 @@
 //! [`Keeper`]: one task that keeps every guard of a client handle (its
 //! local deadline, its renewals), instead of a task per guard.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::mpsc;
-use tokio_util::time::DelayQueue;
 
 use crate::Result;
 use crate::driver::{Outcome, Validity, saturating_add};
@@ -45,16 +45,114 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 /// assert!(!lost.is_lost());
 /// # }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Keeper {
-    tx: Mutex<Option<mpsc::UnboundedSender<Msg>>>,
-    next_id: std::sync::atomic::AtomicU64,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
 }
+
+impl Default for Keeper {
+    fn default() -> Self {
+        Keeper {
+            shared: Arc::new(Shared {
+                users: AtomicUsize::new(1),
+                ..Shared::default()
+            }),
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The last user (the handle or a guard) gone: the task ends.
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.shared.leave();
+    }
+}
+
+/// What the handle, its guards and the task share: the inbox, and how to
+/// tell the task to look at it.
+///
+/// A guard's arrival or departure is a message in the inbox, and the task
+/// is woken only when it must act sooner than it would anyway: a new slot
+/// due before the task's next wake, a moved deadline, or an inbox grown to
+/// [`COMPACT`] messages. The common case (a guard taken and released long
+/// before its first renewal) costs no wake-up at all: a stopped guard is
+/// never renewed (its flag says so), and its slot goes with the next look.
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    notify: tokio::sync::Notify,
+    /// The handle and every live [`Kept`]; the task ends at zero.
+    users: AtomicUsize,
+    /// How often the task was told to look (tests read it).
+    told: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    inbox: Vec<Msg>,
+    /// A task is running (false before the first guard, and after the
+    /// task's runtime went away).
+    running: bool,
+    /// When the task will look at the inbox without being told (`None`:
+    /// only when told).
+    looks_by: Option<Instant>,
+}
+
+/// The inbox size at which the task is told to look anyway (so released
+/// guards' slots do not pile up while it sleeps); told once, as the inbox
+/// reaches it.
+const COMPACT: usize = 64;
 
 enum Msg {
     Keep(u64, Entry),
     Forget(u64),
     Moved(u64),
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Msg::Keep(id, _) => write!(f, "Keep({id})"),
+            Msg::Forget(id) => write!(f, "Forget({id})"),
+            Msg::Moved(id) => write!(f, "Moved({id})"),
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tell(&self) {
+        self.told.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
+    /// Puts `msg` in the inbox; tells the task when it must look before
+    /// `looks_by` (or `urgent`), or the inbox is full. Nothing when no
+    /// task runs (its slots went with it).
+    fn post(&self, msg: Msg, urgent: bool) {
+        let mut state = self.state();
+        if !state.running {
+            return;
+        }
+        state.inbox.push(msg);
+        if urgent || state.inbox.len() == COMPACT {
+            state.looks_by = Some(Instant::now());
+            drop(state);
+            self.tell();
+        }
+    }
+
+    /// One user fewer; the last one tells the task to end.
+    fn leave(&self) {
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.tell();
+        }
+    }
 }
 
 /// A guard's place in its [`Keeper`]. Dropping it (or [`stop`](Kept::stop))
@@ -64,16 +162,16 @@ enum Msg {
 pub struct Kept {
     id: u64,
     stopped: Arc<AtomicBool>,
-    tx: mpsc::UnboundedSender<Msg>,
+    shared: Arc<Shared>,
 }
 
 impl Kept {
-    /// Stops keeping the guard (idempotent): its slot goes at once. A
-    /// renewal already sent may still complete; its outcome is ignored.
+    /// Stops keeping the guard (idempotent): no renewal is sent for it from
+    /// now on, and its slot goes with the keeper's next look. A renewal
+    /// already sent may still complete; its outcome is ignored.
     pub fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
-            // The task may be gone (its runtime ended): nothing to forget.
-            let _ = self.tx.send(Msg::Forget(self.id));
+            self.shared.post(Msg::Forget(self.id), false);
         }
     }
 
@@ -82,7 +180,7 @@ impl Kept {
     /// deadline moved *earlier* is kept too.
     pub fn moved(&self) {
         if !self.stopped.load(Ordering::SeqCst) {
-            let _ = self.tx.send(Msg::Moved(self.id));
+            self.shared.post(Msg::Moved(self.id), true);
         }
     }
 }
@@ -90,6 +188,7 @@ impl Kept {
 impl Drop for Kept {
     fn drop(&mut self) {
         self.stop();
+        self.shared.leave();
     }
 }
 
@@ -139,7 +238,8 @@ impl Keeper {
     ///
     /// # Panics
     ///
-    /// Outside a Tokio runtime (like `tokio::spawn`).
+    /// Outside a Tokio runtime (like `tokio::spawn`), when it must start the
+    /// task.
     pub fn keep(
         &self,
         validity: Arc<Validity>,
@@ -160,44 +260,42 @@ impl Keeper {
             stopped: Arc::clone(&stopped),
             abandoned: Box::new(abandoned),
         };
-        let mut msg = Msg::Keep(id, entry);
-        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = tx.as_ref() {
-            match sender.send(msg) {
-                Ok(()) => {
-                    return Kept {
-                        id,
-                        stopped,
-                        tx: sender.clone(),
-                    };
-                }
-                // The task ended (its runtime went away): start another.
-                Err(mpsc::error::SendError(back)) => msg = back,
-            }
+        let wake = entry.wake();
+        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        let mut state = self.shared.state();
+        state.inbox.push(Msg::Keep(id, entry));
+        if !state.running {
+            // The first guard, or the task's runtime went away: a new task
+            // (it reads the inbox first).
+            state.running = true;
+            state.looks_by = Some(Instant::now());
+            drop(state);
+            drop(tokio::spawn(run(Arc::clone(&self.shared))));
+        } else if state.looks_by.is_none_or(|at| wake < at) || state.inbox.len() == COMPACT {
+            state.looks_by = Some(Instant::now());
+            drop(state);
+            self.shared.tell();
         }
-        let (sender, rx) = mpsc::unbounded_channel();
-        // The receiver is alive until the task ends, and the task has not started.
-        let _ = sender.send(msg);
-        drop(tokio::spawn(run(rx)));
-        *tx = Some(sender.clone());
         Kept {
             id,
             stopped,
-            tx: sender,
+            shared: Arc::clone(&self.shared),
         }
     }
 }
 
-/// The longest an entry sleeps in the queue before it is looked at again.
+/// The longest the task sleeps before it looks again.
 const LONGEST_SLEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 type Renewing = Pin<Box<dyn Future<Output = Option<(u64, Entry)>> + Send>>;
 
-/// The timer queue and where each guard's slot is in it.
+/// The guards' slots, and when each must be looked at: a heap of wake
+/// times (an entry rescheduled or forgotten leaves a stale one behind,
+/// skipped when it comes up and swept when stale ones outnumber the live).
 #[derive(Default)]
 struct Slots {
-    queue: DelayQueue<(u64, Entry)>,
-    keys: std::collections::HashMap<u64, tokio_util::time::delay_queue::Key>,
+    entries: HashMap<u64, (Instant, Entry)>,
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 impl Slots {
@@ -205,53 +303,105 @@ impl Slots {
         if entry.gone() {
             return;
         }
-        // The timer queue takes nothing beyond about two years (it panics):
-        // a later wake is a look at it again in a month.
-        let at = entry.wake().min(saturating_add(Instant::now(), LONGEST_SLEEP));
-        let key = self.queue.insert_at((id, entry), at.into());
-        self.keys.insert(id, key);
+        let at = entry.wake();
+        self.entries.insert(id, (at, entry));
+        self.heap.push(Reverse((at, id)));
+        if self.heap.len() > 2 * self.entries.len() + COMPACT {
+            self.heap = self
+                .entries
+                .iter()
+                .map(|(id, (at, _))| Reverse((*at, *id)))
+                .collect();
+        }
+    }
+
+    fn take(&mut self, id: u64) -> Option<Entry> {
+        self.entries.remove(&id).map(|(_, entry)| entry)
     }
 
     /// Looks at a queued entry again (mid-renewal, it is rescheduled
     /// with a fresh wake time anyway).
     fn moved(&mut self, id: u64) {
-        if let Some(key) = self.keys.remove(&id) {
-            let (id, entry) = self.queue.remove(&key).into_inner();
+        if let Some(entry) = self.take(id) {
             self.schedule(id, entry);
         }
     }
 
-    fn forget(&mut self, id: u64) {
-        if let Some(key) = self.keys.remove(&id) {
-            // Every key in `keys` is in the queue (taken out when it expires).
-            drop(self.queue.remove(&key));
+    /// The earliest live wake time, stale ones dropped on the way.
+    fn next_wake(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.heap.peek() {
+            if self.entries.get(&id).is_some_and(|(live, _)| *live == at) {
+                return Some(at);
+            }
+            self.heap.pop();
         }
+        None
+    }
+
+    /// The first entry due by `now`, out of the slots.
+    fn due(&mut self, now: Instant) -> Option<(u64, Entry)> {
+        let at = self.next_wake()?;
+        if at > now {
+            return None;
+        }
+        let Reverse((_, id)) = self.heap.pop()?;
+        self.take(id).map(|entry| (id, entry))
+    }
+}
+
+/// Marks the task gone when it ends or its runtime drops it.
+struct Running(Arc<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.running = false;
+        state.looks_by = None;
+        // Messages for slots that went with this task.
+        state.inbox.clear();
     }
 }
 
 /// The keeper's task.
-async fn run(mut rx: mpsc::UnboundedReceiver<Msg>) {
+async fn run(shared: Arc<Shared>) {
+    let running = Running(shared);
+    let shared = &running.0;
     let mut slots = Slots::default();
     let mut renewing: FuturesUnordered<Renewing> = FuturesUnordered::new();
-    let mut open = true;
     loop {
-        if !open && slots.queue.is_empty() && renewing.is_empty() {
-            return;
+        let inbox = std::mem::take(&mut shared.state().inbox);
+        for msg in inbox {
+            match msg {
+                Msg::Keep(id, entry) => slots.schedule(id, entry),
+                Msg::Forget(id) => drop(slots.take(id)),
+                Msg::Moved(id) => slots.moved(id),
+            }
         }
-        tokio::select! {
-            msg = rx.recv(), if open => match msg {
-                Some(Msg::Keep(id, entry)) => slots.schedule(id, entry),
-                Some(Msg::Forget(id)) => slots.forget(id),
-                Some(Msg::Moved(id)) => slots.moved(id),
-                None => open = false,
-            },
-            Some(due) = slots.queue.next(), if !slots.queue.is_empty() => {
-                let (id, entry) = due.into_inner();
-                slots.keys.remove(&id);
-                if let Some(renewal) = on_due(id, entry, &mut slots) {
-                    renewing.push(renewal);
+        let now = Instant::now();
+        while let Some((id, entry)) = slots.due(now) {
+            if let Some(renewal) = on_due(id, entry, &mut slots) {
+                renewing.push(renewal);
+            }
+        }
+        let next = slots.next_wake();
+        {
+            let mut state = shared.state();
+            if !state.inbox.is_empty() {
+                continue;
+            }
+            if shared.users.load(Ordering::Acquire) == 0 {
+                // Every guard is gone, so is every slot's reason to be.
+                slots = Slots::default();
+                if renewing.is_empty() {
+                    return;
                 }
             }
+            state.looks_by = next;
+        }
+        let sleep = next.map(|at| at.min(saturating_add(Instant::now(), LONGEST_SLEEP)));
+        tokio::select! {
+            () = shared.notify.notified() => {}
+            () = tokio::time::sleep_until(sleep.unwrap_or(now).into()), if sleep.is_some() => {}
             Some(done) = renewing.next(), if !renewing.is_empty() => {
                 if let Some((id, entry)) = done {
                     slots.schedule(id, entry);
@@ -413,8 +563,103 @@ mod tests {
         assert_eq!(renewals.load(Ordering::SeqCst), after);
     }
 
+    /// Waits until the task sleeps until at least 10 s from now.
+    async fn asleep(keeper: &Keeper) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while keeper
+            .shared
+            .state()
+            .looks_by
+            .is_none_or(|at| at < Instant::now() + Duration::from_secs(10))
+        {
+            assert!(Instant::now() < until, "the task never went to sleep");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Guards taken and released long before their first renewal cost
+    /// the task no wake-up each: it is told about a new guard only when
+    /// that guard is due before the task's next look, and about released
+    /// ones once per [`COMPACT`] messages. A guard due sooner is still
+    /// told at once (it is renewed in time).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_holds_do_not_wake_the_keeper_each() {
+        let keeper = Keeper::new();
+        let long = Duration::from_secs(60);
+        let keep = |ttl: Duration, renewals: Arc<AtomicU32>| {
+            let (v, lost) = validity(ttl);
+            let kept = keeper.keep(
+                v,
+                ttl,
+                true,
+                Instant::now(),
+                Box::new(move || {
+                    renewals.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async { Ok(Ok(())) })
+                }),
+                || false,
+            );
+            (kept, lost)
+        };
+        let none = Arc::new(AtomicU32::new(0));
+        let _first = keep(long, Arc::clone(&none));
+        // The task read the first guard and sleeps until its renewal.
+        asleep(&keeper).await;
+        let told = keeper.shared.told.load(Ordering::Relaxed);
+        for _ in 0..1000 {
+            drop(keep(long, Arc::clone(&none)));
+        }
+        let woken = keeper.shared.told.load(Ordering::Relaxed) - told;
+        assert!(
+            woken <= 2 * 1000 / COMPACT as u64 + 1,
+            "told {woken} times for 1000 short holds"
+        );
+        // What piled up is read, and the task sleeps again.
+        asleep(&keeper).await;
+        assert!(keeper.shared.state().inbox.len() < COMPACT);
+        // Due before the task's next look: told, and renewed in time.
+        let renewals = Arc::new(AtomicU32::new(0));
+        let (_short, lost) = keep(Duration::from_millis(300), Arc::clone(&renewals));
+        let until = Instant::now() + Duration::from_secs(10);
+        while renewals.load(Ordering::SeqCst) < 3 {
+            assert!(
+                Instant::now() < until && !lost.is_lost(),
+                "the short guard was not kept"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(none.load(Ordering::SeqCst), 0);
+    }
+
+    /// The task ends when the handle and every guard are gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_task_ends_with_its_last_user() {
+        let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+        let before = tasks();
+        let keeper = Keeper::new();
+        let (v, _lost) = validity(Duration::from_secs(60));
+        let kept = keeper.keep(
+            v,
+            Duration::from_secs(60),
+            true,
+            Instant::now(),
+            Box::new(|| Box::pin(async { Ok(Ok(())) })),
+            || false,
+        );
+        assert_eq!(tasks(), before + 1);
+        drop(keeper);
+        tokio::task::yield_now().await;
+        assert_eq!(tasks(), before + 1, "the task ended with a guard still kept");
+        drop(kept);
+        let until = Instant::now() + Duration::from_secs(10);
+        while tasks() > before {
+            assert!(Instant::now() < until, "the task outlived its last user");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// A guard of a century's TTL (auto-extended or not) is kept like any
-    /// other: the queue, which takes nothing beyond about two years, does
+    /// other: the timer, which takes nothing beyond about two years, does
     /// not panic, and the task goes on keeping the others.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn huge_ttls_do_not_stop_the_keeper() {

@@ -4,9 +4,8 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-
-use tokio::sync::watch;
 
 use crate::{AcquireOptions, Capabilities, Error, FencingToken, LockKey, Result, Wait};
 
@@ -267,26 +266,44 @@ impl Held {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LostSignal {
-    rx: watch::Receiver<bool>,
+    inner: Arc<LostInner>,
 }
 
 /// The driver's side of a [`LostSignal`]: fires it. Cloneable; the signal also
 /// resolves when every clone of the trigger is dropped.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LostTrigger {
-    tx: Arc<watch::Sender<bool>>,
+    inner: Arc<LostInner>,
+}
+
+/// What a signal and its triggers share: one small allocation per guard
+/// (a flag, the live triggers, the waiters).
+#[derive(Debug)]
+struct LostInner {
+    fired: AtomicBool,
+    triggers: AtomicUsize,
+    waiters: tokio::sync::Notify,
 }
 
 impl LostSignal {
     /// A new trigger and its signal (for driver authors).
     pub fn pair() -> (LostTrigger, LostSignal) {
-        let (tx, rx) = watch::channel(false);
-        (LostTrigger { tx: Arc::new(tx) }, LostSignal { rx })
+        let inner = Arc::new(LostInner {
+            fired: AtomicBool::new(false),
+            triggers: AtomicUsize::new(1),
+            waiters: tokio::sync::Notify::new(),
+        });
+        (
+            LostTrigger {
+                inner: Arc::clone(&inner),
+            },
+            LostSignal { inner },
+        )
     }
 
     /// `true` once the signal has fired (or its trigger is gone).
     pub fn is_lost(&self) -> bool {
-        *self.rx.borrow() || self.rx.has_changed().is_err()
+        self.inner.fired.load(Ordering::SeqCst) || self.inner.triggers.load(Ordering::SeqCst) == 0
     }
 
     /// Waits until the signal fires (or its trigger is gone).
@@ -295,9 +312,16 @@ impl LostSignal {
     ///
     /// Cancel safe: nothing is consumed.
     pub async fn wait(&self) {
-        let mut rx = self.rx.clone();
-        // Err means the trigger is gone: treat as fired.
-        let _ = rx.wait_for(|lost| *lost).await;
+        loop {
+            let notified = self.inner.waiters.notified();
+            tokio::pin!(notified);
+            // Registered before the look, so a fire in between wakes it.
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -313,17 +337,86 @@ impl IntoFuture for LostSignal {
 impl LostTrigger {
     /// Fires the signal; idempotent.
     pub fn fire(&self) {
-        self.tx.send_replace(true);
+        self.fire_first();
     }
 
     /// Fires the signal; `true` for the one call that fired it first (of
     /// any number racing), `false` if it had fired already.
     pub fn fire_first(&self) -> bool {
-        !self.tx.send_replace(true)
+        let first = !self.inner.fired.swap(true, Ordering::SeqCst);
+        if first {
+            self.inner.waiters.notify_waiters();
+        }
+        first
     }
 
     /// `true` once fired.
     pub fn is_fired(&self) -> bool {
-        *self.tx.borrow()
+        self.inner.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Clone for LostTrigger {
+    fn clone(&self) -> Self {
+        self.inner.triggers.fetch_add(1, Ordering::SeqCst);
+        LostTrigger {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// The last trigger gone resolves the signal.
+impl Drop for LostTrigger {
+    fn drop(&mut self) {
+        if self.inner.triggers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.inner.waiters.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A fire wakes every waiter, also one that started waiting before it;
+    /// only the first of several fires says it was first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fire_wakes_every_waiter_once() {
+        let (trigger, signal) = LostSignal::pair();
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let s = signal.clone();
+                tokio::spawn(async move { s.wait().await })
+            })
+            .collect();
+        assert!(!signal.is_lost());
+        let again = trigger.clone();
+        assert!(trigger.fire_first());
+        assert!(!again.fire_first());
+        assert!(trigger.is_fired() && signal.is_lost());
+        for w in waiters {
+            tokio::time::timeout(LIMIT, w).await.unwrap().unwrap();
+        }
+        tokio::time::timeout(LIMIT, signal).await.unwrap();
+    }
+
+    /// The signal resolves when the last clone of its trigger is dropped,
+    /// not before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_last_trigger_gone_resolves_the_signal() {
+        let (trigger, signal) = LostSignal::pair();
+        let second = trigger.clone();
+        let waiter = {
+            let s = signal.clone();
+            tokio::spawn(async move { s.wait().await })
+        };
+        drop(trigger);
+        assert!(!signal.is_lost(), "resolved with a trigger left");
+        assert!(!second.is_fired());
+        drop(second);
+        assert!(signal.is_lost());
+        tokio::time::timeout(LIMIT, waiter).await.unwrap().unwrap();
     }
 }

@@ -4,11 +4,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
-use tokio::task::JoinHandle;
 
 use crate::error::BACKEND;
 use crate::protocol::{self, Conn};
-use crate::session::{MIN_TTL, Session};
+use crate::session::{Following, MIN_TTL, Session};
 use dlock_core::driver::{Outcome, Refusal};
 use dlock_core::trace::{self, why};
 
@@ -28,23 +27,14 @@ pub struct EtcdGuard {
     /// whether it did (a lost reply, a dropped future): the key is on one of
     /// them or on `session`, so all must live for the guard to hold, and
     /// none is revoked while the guard lives.
-    pending: Mutex<Vec<(Arc<Session>, JoinHandle<()>)>>,
+    pending: Mutex<Vec<(Arc<Session>, Following)>>,
     /// One extend at a time: two moves racing could leave the key on a
     /// lease the other one then forgets (and revokes).
     extending: tokio::sync::Mutex<()>,
     lost: LostSignal,
     trigger: LostTrigger,
-    watcher: Mutex<JoinHandle<()>>,
+    watcher: Mutex<Following>,
     released: bool,
-}
-
-/// Fires the guard's signal when the session's fires, reporting why.
-fn follow(session: &Session, trigger: &LostTrigger, key: &LockKey) -> JoinHandle<()> {
-    let (signal, validity, trigger, key) = (session.lost(), session.validity(), trigger.clone(), key.clone());
-    tokio::spawn(async move {
-        signal.wait().await;
-        lose(&trigger, &key, validity.why().unwrap_or(why::SESSION_ENDED));
-    })
 }
 
 /// Reports `lost` (once) and fires the guard's signal.
@@ -61,7 +51,7 @@ impl EtcdGuard {
         session: Arc<Session>,
     ) -> Self {
         let (trigger, lost) = LostSignal::pair();
-        let watcher = follow(&session, &trigger, &key);
+        let watcher = session.follow(&trigger, &key);
         EtcdGuard {
             conn,
             key,
@@ -107,7 +97,7 @@ impl EtcdGuard {
         pending.retain(|(s, follower)| {
             let kept = keep(s);
             if !kept {
-                follower.abort();
+                follower.stop();
             }
             kept
         });
@@ -233,7 +223,7 @@ impl Guard for EtcdGuard {
             self.pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((Arc::clone(&fresh), follow(&fresh, &self.trigger, &self.key)));
+                .push((Arc::clone(&fresh), fresh.follow(&self.trigger, &self.key)));
             let found =
                 protocol::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
             if found.is_ok() {
@@ -241,8 +231,8 @@ impl Guard for EtcdGuard {
                 self.forget_pending(|_| false);
                 let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
-                watcher.abort();
-                *watcher = follow(&fresh, &self.trigger, &self.key);
+                watcher.stop();
+                *watcher = fresh.follow(&self.trigger, &self.key);
                 // The old lease is revoked when its session drops: our key is
                 // no longer on it.
                 *session = fresh;
@@ -289,10 +279,7 @@ impl Guard for EtcdGuard {
 
 impl Drop for EtcdGuard {
     fn drop(&mut self) {
-        self.watcher
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .abort();
+        self.watcher.lock().unwrap_or_else(PoisonError::into_inner).stop();
         self.forget_pending(|_| false);
         if !self.released {
             let session = self.session();

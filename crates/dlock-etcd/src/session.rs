@@ -2,13 +2,14 @@
 //! without auto-extend, left to run out), and the signal that fires when it
 //! is, or may be, gone.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use dlock_core::driver::{Drift, Validity, saturating_add};
 use dlock_core::trace::{self, why};
-use dlock_core::{LostSignal, Result};
+use dlock_core::{LockKey, LostSignal, LostTrigger, Result};
 use etcd_client::Client;
 use tokio::task::JoinHandle;
 
@@ -42,6 +43,60 @@ pub(crate) struct Session {
     abandoned: Arc<AtomicBool>,
     timeout: Duration,
     attempts: AtomicU64,
+    /// The guards on this lease, told when it is lost (by one task per
+    /// session, not one per guard).
+    followers: Arc<Followers>,
+}
+
+/// The guards following a session: their triggers, fired with the
+/// session's reason when it is lost. `None` once it was.
+#[derive(Default)]
+pub(crate) struct Followers {
+    list: Mutex<Option<HashMap<u64, (LostTrigger, LockKey)>>>,
+    next: AtomicU64,
+}
+
+impl Followers {
+    fn remove(&self, id: u64) {
+        if let Some(list) = self.list.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            list.remove(&id);
+        }
+    }
+}
+
+/// A guard's place among its session's followers; dropping it (or
+/// [`stop`](Following::stop)) leaves.
+pub(crate) struct Following {
+    followers: Arc<Followers>,
+    id: u64,
+}
+
+impl Following {
+    /// No longer told about the session.
+    pub(crate) fn stop(&self) {
+        self.followers.remove(self.id);
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits for the session's signal, then fires every follower's trigger
+/// with the session's reason (and every later follower's at once).
+async fn tell_followers(signal: LostSignal, state: Arc<Validity>, followers: Arc<Followers>) {
+    signal.wait().await;
+    let list = followers
+        .list
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    let why = state.why().unwrap_or(why::SESSION_ENDED);
+    for (trigger, key) in list.into_iter().flat_map(HashMap::into_values) {
+        dlock_core::driver::lose(&trigger, BACKEND, &key, why);
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -83,6 +138,15 @@ impl Session {
                 state.lose(why::DEADLINE);
             })
         };
+        let followers = Arc::new(Followers {
+            list: Mutex::new(Some(HashMap::new())),
+            next: AtomicU64::new(0),
+        });
+        drop(tokio::spawn(tell_followers(
+            signal.clone(),
+            Arc::clone(&state),
+            Arc::clone(&followers),
+        )));
         Ok(Arc::new(Session {
             lease,
             ttl,
@@ -95,6 +159,7 @@ impl Session {
             abandoned,
             timeout,
             attempts: AtomicU64::new(0),
+            followers,
         }))
     }
 
@@ -111,6 +176,27 @@ impl Session {
     /// Fires when the lease is, or may be, gone.
     pub(crate) fn lost(&self) -> LostSignal {
         self.signal.clone()
+    }
+
+    /// Fires `trigger` (reporting `lost` for `key`, with the session's
+    /// reason) when the lease is, or may be, gone; at once if it is already.
+    pub(crate) fn follow(&self, trigger: &LostTrigger, key: &LockKey) -> Following {
+        let id = self.followers.next.fetch_add(1, Ordering::Relaxed);
+        let mut list = self.followers.list.lock().unwrap_or_else(PoisonError::into_inner);
+        match list.as_mut() {
+            Some(list) => {
+                list.insert(id, (trigger.clone(), key.clone()));
+            }
+            None => {
+                drop(list);
+                let why = self.state.why().unwrap_or(why::SESSION_ENDED);
+                dlock_core::driver::lose(trigger, BACKEND, key, why);
+            }
+        }
+        Following {
+            followers: Arc::clone(&self.followers),
+            id,
+        }
     }
 
     /// The lease's validity: why it was lost, once it was.

@@ -135,6 +135,40 @@ async fn a_revoked_lease_fires_lost_and_frees_the_lock() {
         .unwrap();
 }
 
+/// The guards of a session cost no task each: one task tells them all
+/// when the lease goes, each with its own `lost()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_tells_every_guard_of_a_session() {
+    let f = common::EtcdFactory::shared().await;
+    let lock = EtcdLock::connect(f.config.clone()).await.unwrap();
+    let base = unique("followers");
+    // The session (its keep-alive and its followers' task) exists first.
+    // A short lease: the revoke is noticed at the next keep-alive.
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(3));
+    let warm = lock.acquire(&key(&format!("{base}/warm")), opts).await.unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(lock.acquire(&key(&format!("{base}/{i}")), opts).await.unwrap());
+    }
+    let during = metrics.num_alive_tasks();
+    assert!(
+        during <= before + 1,
+        "{before} tasks before 20 guards, {during} with them"
+    );
+    etcdctl(
+        &f.config.endpoints,
+        &["lease", "revoke", &format!("{:x}", warm.lease())],
+    )
+    .unwrap();
+    for g in guards.iter().chain([&warm]) {
+        tokio::time::timeout(LIMIT, g.lost().wait())
+            .await
+            .expect("every guard lost() after the revoke");
+    }
+}
+
 /// etcd #11456: a waiter whose own key disappears while it waits must not
 /// report a grant when its predecessors go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

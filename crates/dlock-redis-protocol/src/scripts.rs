@@ -146,8 +146,9 @@ return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 /// The notice names one waiter, so a release wakes one client, not all of
 /// them (no herd): the longest-queued waiter not past its window; waiters
 /// past theirs (gone: crashed, cancelled) are dropped from the queue on the
-/// way. With no queue (Redlock passes none) or nobody
-/// alive in it, the notice is `*`: everyone retries. A woken waiter that
+/// way (the server's clock is read only when the queue is not empty: an
+/// uncontended release costs one command less). With no queue (Redlock
+/// passes none) or nobody alive in it, the notice is `*`: everyone retries. A woken waiter that
 /// loses the race to a newcomer stays first in line; waiters also poll, so
 /// a notice lost to a dead waiter costs at most one poll.
 ///
@@ -164,11 +165,14 @@ if v ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1])
 local target = '*'
 if KEYS[2] then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = nil
   for _ = 1, 16 do
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not head then break end
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local gone_at = tonumber(redis.call('ZSCORE', KEYS[3], head) or 0)
     if gone_at > now then
       target = head

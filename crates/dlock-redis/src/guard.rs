@@ -25,8 +25,9 @@ use crate::protocol::{Conn, MIN_TTL};
 pub struct RedisGuard {
     conn: Arc<Conn>,
     key: LockKey,
-    lock_key: String,
-    value: String,
+    /// Shared with the keeper's renewal (one copy per guard).
+    lock_key: Arc<str>,
+    value: Arc<str>,
     token: FencingToken,
     lost: LostSignal,
     validity: Arc<Validity>,
@@ -39,8 +40,8 @@ impl RedisGuard {
     pub(crate) fn new(
         conn: Arc<Conn>,
         key: LockKey,
-        lock_key: String,
-        value: String,
+        lock_key: Arc<str>,
+        value: Arc<str>,
         token: FencingToken,
         ttl: Duration,
         sent: Instant,
@@ -48,12 +49,14 @@ impl RedisGuard {
     ) -> Self {
         let (validity, signal) =
             Validity::of_key(BACKEND, &key, sent, ttl, dlock_core::driver::Drift::DEFAULT);
+        // The keeper's slot holds the connection weakly: a handle and its
+        // guards all gone close it at once, whenever the keeper looks next.
         let keeper = {
             let (c, k, v, stop) = (
-                Arc::clone(&conn),
-                lock_key.clone(),
-                value.clone(),
-                Arc::clone(&conn),
+                Arc::downgrade(&conn),
+                Arc::clone(&lock_key),
+                Arc::clone(&value),
+                Arc::downgrade(&conn),
             );
             conn.keeper.keep(
                 Arc::clone(&validity),
@@ -61,10 +64,13 @@ impl RedisGuard {
                 opts.auto_extend,
                 sent,
                 Box::new(move || {
-                    let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
-                    Box::pin(async move { c.extend(&k, &v, ttl).await.map(Outcome::refusal) })
+                    let (c, k, v) = (c.upgrade(), Arc::clone(&k), Arc::clone(&v));
+                    Box::pin(async move {
+                        let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the RedisLock is gone"))?;
+                        c.extend(&k, &v, ttl).await.map(Outcome::refusal)
+                    })
                 }),
-                move || stop.is_abandoned(),
+                move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
             )
         };
         RedisGuard {
@@ -184,8 +190,8 @@ impl Drop for RedisGuard {
         if !self.released {
             release_in_background(
                 &self.conn,
-                std::mem::take(&mut self.lock_key),
-                std::mem::take(&mut self.value),
+                Arc::clone(&self.lock_key),
+                Arc::clone(&self.value),
                 self.validity.deadline(),
             );
         }
@@ -195,7 +201,7 @@ impl Drop for RedisGuard {
 /// Releases in the background (drops, failed releases, attempts whose
 /// reply was lost), retrying until `until` (past it the key expires on its
 /// own).
-pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: String, value: String, until: Instant) {
+pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: Arc<str>, value: Arc<str>, until: Instant) {
     if conn.is_abandoned() {
         return;
     }
@@ -205,7 +211,7 @@ pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: String, value: S
         Some(until),
         move || gone.is_abandoned(),
         move || {
-            let (conn, lock_key, value) = (Arc::clone(&conn), lock_key.clone(), value.clone());
+            let (conn, lock_key, value) = (Arc::clone(&conn), Arc::clone(&lock_key), Arc::clone(&value));
             async move { conn.release(&lock_key, &value).await.map(drop) }
         },
     );

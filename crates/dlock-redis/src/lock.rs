@@ -62,7 +62,7 @@ impl Drop for Inner {
 enum Attempt {
     Granted {
         token: FencingToken,
-        value: String,
+        value: Arc<str>,
         sent: Instant,
     },
     Held {
@@ -242,15 +242,15 @@ impl RedisLock {
         ttl: Duration,
         waiter: Option<&str>,
     ) -> Result<Attempt> {
-        let value = scripts::new_value(&self.inner.host);
+        let value: Arc<str> = scripts::new_value(&self.inner.host).into();
         // Disarmed only for a reply we understood: a grant whose token we
         // refuse (or whose reply we lost) is released in the background,
         // until its TTL has run out anyway.
         let cleanup = OnDrop::new((), |()| {
             release_in_background(
                 &self.inner.conn,
-                lock_key.to_owned(),
-                value.clone(),
+                lock_key.into(),
+                Arc::clone(&value),
                 saturating_add(Instant::now(), ttl),
             );
         });
@@ -349,7 +349,7 @@ impl RedisLock {
             Attempt::Granted { token, value, sent } => Some(RedisGuard::new(
                 Arc::clone(&self.inner.conn),
                 key.clone(),
-                lock_key.clone(),
+                lock_key.as_str().into(),
                 value,
                 token,
                 ttl,

@@ -265,6 +265,18 @@ async fn one_command_and_one_subscriber_connection_per_handle() {
     for w in waits {
         w.await.unwrap().unwrap().release().await.unwrap();
     }
+    drop((holder, waiter));
+    // Closed with the last user; the keeper (asleep until the first
+    // renewal, 10 s away) does not keep them open.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while clients() != before {
+        assert!(
+            Instant::now() < deadline,
+            "{} connections outlived their handles and guards",
+            clients() - before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The queued waiter ids of `lock_key`, oldest first (read with a script,

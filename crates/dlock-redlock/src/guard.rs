@@ -50,11 +50,13 @@ impl RedlockGuard {
     ) -> Self {
         let (validity, lost) = Validity::of_key(BACKEND, &key, sent, ttl, conn.config.drift_of());
         let keeper = {
+            // Weakly held, as in the Redis driver: the handle and its
+            // guards all gone close the connections at once.
             let (c, k, v, stop) = (
-                Arc::clone(&conn),
+                Arc::downgrade(&conn),
                 lock_key.clone(),
                 value.clone(),
-                Arc::clone(&conn),
+                Arc::downgrade(&conn),
             );
             conn.keeper.keep(
                 Arc::clone(&validity),
@@ -62,8 +64,9 @@ impl RedlockGuard {
                 opts.auto_extend,
                 sent,
                 Box::new(move || {
-                    let (c, k, v) = (Arc::clone(&c), k.clone(), v.clone());
+                    let (c, k, v) = (c.upgrade(), k.clone(), v.clone());
                     Box::pin(async move {
+                        let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the Redlock is gone"))?;
                         let tally = c.extend_everywhere(&k, &v, ttl).await;
                         tally
                             .verdict(c.quorum())
@@ -71,7 +74,7 @@ impl RedlockGuard {
                             .ok_or_else(|| c.no_quorum("extend", tally))
                     })
                 }),
-                move || stop.is_abandoned(),
+                move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
             )
         };
         RedlockGuard {

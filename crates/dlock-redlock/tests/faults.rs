@@ -528,3 +528,55 @@ async fn one_keeper_task_renews_every_guard_of_a_handle() {
         g.release().await.unwrap();
     }
 }
+
+/// The handle and its guards gone, every node's connection closes at
+/// once: the keeper (asleep until the first renewal, 10 s away) holds no
+/// connection open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_close_with_the_last_user() {
+    let servers = Redis::start_many(5).await.unwrap();
+    let clients = || -> usize {
+        servers
+            .addrs()
+            .iter()
+            .map(|a| {
+                let out = std::process::Command::new("redis-cli")
+                    .args([
+                        "-h",
+                        &a.ip().to_string(),
+                        "-p",
+                        &a.port().to_string(),
+                        "info",
+                        "clients",
+                    ])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("connected_clients:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap()
+            })
+            .sum()
+    };
+    let before = clients(); // redis-cli itself, once per node
+    let lock = Redlock::connect(RedlockConfig::new(
+        servers.addrs().iter().map(|a| format!("redis://{a}")),
+    ))
+    .await
+    .unwrap();
+    let k = LockKey::new(format!("closes-{:x}", rand::random::<u64>())).unwrap();
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    assert!(clients() > before);
+    g.release().await.unwrap();
+    drop(lock);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while clients() != before {
+        assert!(
+            Instant::now() < deadline,
+            "{} connections outlived the handle and its guard",
+            clients() - before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
