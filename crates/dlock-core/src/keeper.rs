@@ -261,7 +261,6 @@ impl Keeper {
             abandoned: Box::new(abandoned),
         };
         let wake = entry.wake();
-        self.shared.users.fetch_add(1, Ordering::AcqRel);
         let mut state = self.shared.state();
         state.inbox.push(Msg::Keep(id, entry));
         if !state.running {
@@ -270,12 +269,15 @@ impl Keeper {
             state.running = true;
             state.looks_by = Some(Instant::now());
             drop(state);
-            drop(tokio::spawn(run(Arc::clone(&self.shared))));
+            // A task dropped unpolled (no runtime: `spawn` panics; a runtime
+            // shutting down) drops its marker too, which says no task runs.
+            drop(tokio::spawn(run(Running(Arc::clone(&self.shared)))));
         } else if state.looks_by.is_none_or(|at| wake < at) || state.inbox.len() == COMPACT {
             state.looks_by = Some(Instant::now());
             drop(state);
             self.shared.tell();
         }
+        self.shared.users.fetch_add(1, Ordering::AcqRel);
         Kept {
             id,
             stopped,
@@ -363,8 +365,7 @@ impl Drop for Running {
 }
 
 /// The keeper's task.
-async fn run(shared: Arc<Shared>) {
-    let running = Running(shared);
+async fn run(running: Running) {
     let shared = &running.0;
     let mut slots = Slots::default();
     let mut renewing: FuturesUnordered<Renewing> = FuturesUnordered::new();
@@ -629,6 +630,47 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(none.load(Ordering::SeqCst), 0);
+    }
+
+    /// A keep outside a runtime panics (it cannot start the task) and
+    /// leaves the keeper as it was: the next keep, inside one, is kept.
+    #[test]
+    fn a_keep_that_could_not_start_the_task_leaves_no_trace() {
+        let keeper = Keeper::new();
+        let ttl = Duration::from_millis(300);
+        let outside = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (v, _lost) = validity(ttl);
+            keeper.keep(
+                v,
+                ttl,
+                false,
+                Instant::now(),
+                Box::new(|| Box::pin(async { Ok(Ok(())) })),
+                || false,
+            )
+        }));
+        assert!(outside.is_err(), "kept outside a runtime");
+        assert!(!keeper.shared.state().running);
+        assert_eq!(keeper.shared.users.load(Ordering::SeqCst), 1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (v, lost) = validity(ttl);
+            let _kept = keeper.keep(
+                v,
+                ttl,
+                false,
+                Instant::now(),
+                Box::new(|| Box::pin(async { Ok(Ok(())) })),
+                || false,
+            );
+            tokio::time::timeout(Duration::from_secs(10), lost.wait())
+                .await
+                .expect("lost() at the deadline: a task keeps the guard");
+        });
     }
 
     /// The task ends when the handle and every guard are gone.

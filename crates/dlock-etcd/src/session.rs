@@ -50,7 +50,6 @@ pub(crate) struct Session {
 
 /// The guards following a session: their triggers, fired with the
 /// session's reason when it is lost. `None` once it was.
-#[derive(Default)]
 pub(crate) struct Followers {
     list: Mutex<Option<HashMap<u64, (LostTrigger, LockKey)>>>,
     next: AtomicU64,

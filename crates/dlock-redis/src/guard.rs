@@ -187,6 +187,9 @@ impl Guard for RedisGuard {
 impl Drop for RedisGuard {
     fn drop(&mut self) {
         self.keeper.stop();
+        // The keeper lets go of its slot whenever it looks next: the
+        // signal fires now, not with the slot's last reference.
+        self.validity.fire_lost();
         if !self.released {
             release_in_background(
                 &self.conn,

@@ -219,6 +219,9 @@ impl Guard for RedlockGuard {
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
         self.keeper.stop();
+        // The keeper lets go of its slot whenever it looks next: the
+        // signal fires now, not with the slot's last reference.
+        self.validity.fire_lost();
         if !self.released {
             let until = self.release_until();
             release_in_background(

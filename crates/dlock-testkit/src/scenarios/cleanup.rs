@@ -9,18 +9,34 @@ use crate::LockFactory;
 use crate::outcome::ensure;
 use crate::outcome::{Failure, Outcome, Verdict, within};
 
-/// Dropping a guard releases the lock well before its TTL.
+/// Dropping a guard releases the lock well before its TTL; a dropped or
+/// released guard's `lost()` resolves at once (work that follows it stops
+/// before another client can be granted the key).
 pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("drop");
     let t = ctx.timing();
+    // A guard before, and a look while it is held: a driver's background
+    // machinery is up and has seen the guard when it is dropped.
+    a.acquire(&ctx.key("drop-warm"), ctx.opts(t.long_ttl))
+        .await?
+        .release()
+        .await?;
     let ga = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+    ensure!(
+        b.try_acquire(&k, ctx.opts(t.long_ttl)).await?.is_none(),
+        "another client was granted a held key"
+    );
+    let dropped = ga.lost();
     drop(ga);
+    within(t.prompt, "lost() of a dropped guard", dropped.wait()).await?;
     let gb = within(t.prompt, "a grant after the holder dropped its guard", async {
         b.acquire(&k, ctx.opts(t.long_ttl).wait(Wait::Forever)).await
     })
     .await??;
+    let released = gb.lost();
     gb.release().await?;
+    within(t.prompt, "lost() of a released guard", released.wait()).await?;
     Ok(Verdict::Passed)
 }
 
