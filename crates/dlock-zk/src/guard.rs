@@ -12,6 +12,10 @@ use crate::protocol;
 use crate::session::Session;
 use dlock_core::trace::{self, why};
 
+/// How long a guard holds before it watches its own node (for someone
+/// else deleting it).
+const WATCH_AFTER: Duration = Duration::from_millis(50);
+
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
 ///
 /// `is_held()` is false while the session is disconnected (SUSPENDED) and
@@ -19,7 +23,7 @@ use dlock_core::trace::{self, why};
 /// have expired the session (one session timeout, minus drift, after the
 /// send time of the last request it answered: before the server can grant
 /// the lock to anyone else), when the session expires (LOST), when someone
-/// else deletes the node, or, without auto-extend, when the guard's own TTL
+/// else deletes the node (noticed from 50 ms after the grant on), or, without auto-extend, when the guard's own TTL
 /// runs out. When `lost()` fires and the session lives on, the guard deletes
 /// its node in the background. Dropping the guard deletes its node in the
 /// background.
@@ -52,8 +56,14 @@ impl ZkGuard {
             let (session_lost, trigger, own) = (session.lost(), trigger.clone(), own_ttl.clone());
             let (session, path, key) = (Arc::clone(&session), path.clone(), key.clone());
             tokio::spawn(async move {
-                // Boxed, so the idle guard task itself stays small.
-                let deleted = Box::pin(protocol::node_deleted(|| session.client().ok(), &path));
+                // Boxed, so the idle guard task itself stays small. The
+                // watch on our node waits a little: a short hold (most
+                // holds) sends no request for it; a deletion is noticed at
+                // most that much later.
+                let deleted = Box::pin(async {
+                    tokio::time::sleep(WATCH_AFTER).await;
+                    protocol::node_deleted(|| session.client().ok(), &path).await;
+                });
                 let out_of_time = Box::pin(session.out_of_time());
                 let own_ttl = Box::pin(async {
                     match own {

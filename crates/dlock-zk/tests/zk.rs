@@ -356,6 +356,32 @@ async fn a_partitioned_holder_is_lost_before_a_waiter_is_granted() {
     g2.release().await.unwrap();
 }
 
+/// Someone else deleting the holder's node (an operator, a stray client)
+/// fires `lost()`, however soon after the grant: held briefly or longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_by_someone_else_fires_lost() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let server: SocketAddr = f.config.connect.split(',').next().unwrap().parse().unwrap();
+    for watched in [false, true] {
+        let k = key(&unique("deleted"));
+        let g = f.admin.acquire(&k, AcquireOptions::default()).await.unwrap();
+        if watched {
+            // Held for a while: the guard watches its node by then.
+            until("the guard to watch its node", async || {
+                watchers(server, g.node()).await == 1
+            })
+            .await;
+        }
+        raw.delete(g.node(), None).await.unwrap();
+        tokio::time::timeout(LIMIT, g.lost().wait())
+            .await
+            .expect("lost() after the node was deleted");
+        assert!(!g.is_held());
+        assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    }
+}
+
 /// How many sessions watch `path` (`wchp`: watches by path, each path
 /// followed by one tab-indented session id per watcher).
 async fn watchers(server: SocketAddr, path: &str) -> usize {
