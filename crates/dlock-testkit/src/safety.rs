@@ -338,9 +338,14 @@ impl fmt::Display for SafetyReport {
         if self.heals_without_grant > 0 {
             write!(
                 f,
-                "; {} heal(s) with no grant after them before the run ended",
+                "; {} heal(s) with no grant after them before the run ended (faults: ",
                 self.heals_without_grant
             )?;
+            for (i, (at, what)) in self.faults.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "; " };
+                write!(f, "{sep}{:.1}s {what}", at.as_secs_f64())?;
+            }
+            write!(f, ")")?;
         }
         match &self.residue {
             Some(r) => write!(f, "; {r}"),

@@ -52,20 +52,52 @@ impl From<std::io::Error> for LaunchError {
     }
 }
 
-/// Picks `n` distinct free TCP ports on 127.0.0.1 (bound together, then
-/// released, so they differ from each other).
+/// Picks `n` distinct free TCP ports on 127.0.0.1, below the system's
+/// ephemeral range where it can (bound together, then released, so they
+/// differ from each other).
+///
+/// Below the ephemeral range, because a server killed and restarted by a
+/// fault test must get its port back: a port from that range can meanwhile
+/// become the source port of any outgoing connection on the machine, and
+/// the restart would fail with "address in use".
 ///
 /// # Errors
 ///
 /// If the OS cannot hand out a port.
 pub fn free_ports(n: usize) -> Result<Vec<u16>, LaunchError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (low, _) = ephemeral_range();
+    let mut listeners = Vec::new();
+    // Random tries in [10000, low); what is left comes from the OS.
+    if low > 10_000 {
+        for _ in 0..n.saturating_mul(20) {
+            if listeners.len() == n {
+                break;
+            }
+            let port = rand::random_range(10_000..low);
+            if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+                listeners.push(l);
+            }
+        }
+    }
+    while listeners.len() < n {
+        listeners.push(TcpListener::bind("127.0.0.1:0")?);
+    }
     Ok(listeners
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The system's ephemeral port range (`net.ipv4.ip_local_port_range`),
+/// Linux's default when it cannot be read.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -102,4 +134,25 @@ pub fn missing_packages() -> Vec<&'static str> {
         }
     }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports for servers are distinct and, where the system leaves room,
+    /// outside the ephemeral range (a restarted server gets its port back).
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports = free_ports(12).unwrap();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), 12, "{ports:?}");
+        let (low, _) = ephemeral_range();
+        if low > 10_000 {
+            assert!(
+                ports.iter().all(|&p| (10_000..low).contains(&p)),
+                "{ports:?} (ephemeral from {low})"
+            );
+        }
+    }
 }
