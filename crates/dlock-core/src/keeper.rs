@@ -22,9 +22,12 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 /// that fires each guard's `lost()` at its local deadline and, with
 /// `auto_extend`, renews it at `ttl / 3` (counted from the last confirmed
 /// send), exactly as [`keep`](crate::driver::keep) does for one guard. A
-/// guard costs a slot in a timer queue, not a task; renewals that fall due
-/// together run concurrently. The task ends when the handle and every
-/// guard are gone.
+/// guard costs a slot in a timer queue, not a task, and usually not even a
+/// wake-up: the task is told about a new guard only when it is due before
+/// the task's own next look, and a released guard (never renewed once
+/// [`Kept::stop`] said so) leaves its slot with that next look. Renewals
+/// that fall due together run concurrently. The task ends when the handle
+/// and every guard are gone.
 ///
 /// The task runs on the runtime of the first guard it keeps: a handle
 /// whose guards outlive that runtime must make them on a runtime that
