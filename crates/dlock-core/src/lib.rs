@@ -8,6 +8,8 @@
 //!   [`AnyLock`] when the backend is chosen at run time.
 //! - [`Guard`]: proof of holding a lock: its [`FencingToken`], a
 //!   [`LostSignal`], `extend`, `release`.
+//! - [`Lock::acquire_many`] and [`ManyGuard`]: several names at once, all
+//!   or nothing, in one global order (no deadlock), on any backend.
 //! - [`Fence`] / [`FenceGate`]: the resource side that refuses stale holders.
 //! - [`Error`]: one error type with semantic variants.
 //! - [`MemLock`]: the in-process driver (zero setup; the kit's reference).
@@ -51,6 +53,7 @@ mod fence;
 mod keeper;
 mod key;
 mod lock;
+mod many;
 mod mem;
 mod options;
 mod token;
@@ -62,6 +65,7 @@ pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
 pub use key::LockKey;
 pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
+pub use many::ManyGuard;
 pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
 pub use options::{AcquireOptions, Wait, drift};
 pub use token::FencingToken;

@@ -86,6 +86,48 @@ pub trait Lock: Clone + Send + Sync + 'static {
         }
     }
 
+    /// Acquires every name of `keys` together, or none of them: the names
+    /// are taken one by one in one global order (by name, so two clients
+    /// asking for `{a, b}` and `{b, a}` never deadlock), with `opts` for
+    /// each, and `opts.wait` bounding the whole set, not each name. The
+    /// [`ManyGuard`](crate::ManyGuard) holds one part per name.
+    ///
+    /// ```
+    /// use dlock_core::{AcquireOptions, Lock, LockKey, MemLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// let lock = MemLock::new();
+    /// let (from, to) = (LockKey::new("account/17")?, LockKey::new("account/4")?);
+    /// let both = lock.acquire_many(&[from, to], AcquireOptions::default()).await?;
+    /// // ... move money between the two accounts ...
+    /// both.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidKey`] when `keys` is empty or names a key twice;
+    /// - otherwise the first failing part's error, as
+    ///   [`acquire`](Self::acquire) describes them ([`Error::Timeout`]
+    ///   names the key that could not be had in time), or [`Error::Lost`]
+    ///   when a part taken earlier was lost before the last one was
+    ///   granted. The parts already taken are released before it returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the parts already taken
+    /// (each a best-effort release) and the part being acquired (cancel
+    /// safe as [`acquire`](Self::acquire) is).
+    fn acquire_many(
+        &self,
+        keys: &[LockKey],
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<crate::ManyGuard<Self::Guard>>> + Send {
+        crate::many::acquire_many(self, keys, opts)
+    }
+
     /// Takes the lock, runs `f` while holding it, and releases it.
     ///
     /// `f` receives a [`Held`] (key, token, lost signal). If the lock is lost

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal,
-    LostTrigger, Result, Wait, Waiting,
+    LostTrigger, ManyGuard, Result, Wait, Waiting,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -66,11 +66,15 @@ pub enum Flaw {
     LostOnlyWhenHeard,
     /// Reports nothing through `tracing` ([`dlock_core::trace`]).
     Silent,
+    /// [`Lock::acquire_many`] takes the names in the order given, not in
+    /// one global order: two clients asking for `{a, b}` and `{b, a}` can
+    /// each hold one name and wait for the other.
+    ManyInGivenOrder,
 }
 
 impl Flaw {
     /// Every flaw but [`Flaw::None`].
-    pub const BROKEN: [Flaw; 12] = [
+    pub const BROKEN: [Flaw; 13] = [
         Flaw::GrantsToEveryone,
         Flaw::ReusesTokens,
         Flaw::NeverExpires,
@@ -83,6 +87,7 @@ impl Flaw {
         Flaw::ReleaseIgnoresLinkErrors,
         Flaw::LostOnlyWhenHeard,
         Flaw::Silent,
+        Flaw::ManyInGivenOrder,
     ];
 }
 
@@ -441,6 +446,18 @@ impl Lock for NaiveLock {
             return self.acquire_untraced(key, opts).await;
         }
         dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+    }
+
+    async fn acquire_many(&self, keys: &[LockKey], opts: AcquireOptions) -> Result<ManyGuard<NaiveGuard>> {
+        if self.flaw != Flaw::ManyInGivenOrder {
+            return dlock_core::driver::acquire_many(self, keys, opts).await;
+        }
+        // The bug: no global order.
+        let mut parts = Vec::new();
+        for key in keys {
+            parts.push(self.acquire(key, opts).await?);
+        }
+        Ok(ManyGuard::from_parts(parts))
     }
 }
 

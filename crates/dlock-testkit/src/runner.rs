@@ -62,6 +62,8 @@ macro_rules! __with_scenarios {
             extend_to_a_shorter_ttl_is_kept,
             namespace_clean_after_use,
             huge_durations_are_safe,
+            many_names_all_or_nothing,
+            many_names_lost_with_their_ttl,
             cancelled_acquire_in_flight_leaves_nothing,
             failed_release_is_not_ok,
             unreachable_backend_is_unavailable,
