@@ -13,7 +13,7 @@
 //!   and the keeper task that fires `lost()` at the deadline or renews
 //!   before it; [`Keeper`], the same for every guard of a client handle in
 //!   one task (a guard costs a slot, not a task).
-//! - [`acquire_many`]: what `Lock::acquire_many` does by default, for a
+//! - [`acquire_all`]: what `Lock::acquire_all` does by default, for a
 //!   driver that overrides it and falls back to it.
 //! - [`clean_up_in_background`]: the one detached clean-up (release on drop,
 //!   a contender entry left by a cancelled or timed-out acquire), with one
@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use crate::keeper::{Keeper, Kept, Renew};
-pub use crate::many::acquire_many;
+pub use crate::multi::acquire_all;
 use crate::{Error, LockKey, LostSignal, LostTrigger, Result};
 
 /// The slack subtracted from a TTL before a client trusts a grant for it:

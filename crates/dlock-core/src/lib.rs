@@ -8,7 +8,7 @@
 //!   [`AnyLock`] when the backend is chosen at run time.
 //! - [`Guard`]: proof of holding a lock: its [`FencingToken`], a
 //!   [`LostSignal`], `extend`, `release`.
-//! - [`Lock::acquire_many`] and [`ManyGuard`]: several names at once, all
+//! - [`Lock::acquire_all`] and [`MultiGuard`]: several names at once, all
 //!   or nothing, in one global order (no deadlock), on any backend.
 //! - [`Fence`] / [`FenceGate`]: the resource side that refuses stale holders.
 //! - [`Error`]: one error type with semantic variants.
@@ -53,8 +53,8 @@ mod fence;
 mod keeper;
 mod key;
 mod lock;
-mod many;
 mod mem;
+mod multi;
 mod options;
 mod token;
 pub mod trace;
@@ -65,8 +65,8 @@ pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
 pub use key::LockKey;
 pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
-pub use many::ManyGuard;
 pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
+pub use multi::MultiGuard;
 pub use options::{AcquireOptions, Wait, drift};
 pub use token::FencingToken;
 

@@ -90,7 +90,7 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// are taken one by one in one global order (by name, so two clients
     /// asking for `{a, b}` and `{b, a}` never deadlock), with `opts` for
     /// each, and `opts.wait` bounding the whole set, not each name. The
-    /// [`ManyGuard`](crate::ManyGuard) holds one part per name.
+    /// [`MultiGuard`](crate::MultiGuard) holds one part per name.
     ///
     /// ```
     /// use dlock_core::{AcquireOptions, Lock, LockKey, MemLock};
@@ -99,7 +99,7 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// # async fn main() -> dlock_core::Result<()> {
     /// let lock = MemLock::new();
     /// let (from, to) = (LockKey::new("account/17")?, LockKey::new("account/4")?);
-    /// let both = lock.acquire_many(&[from, to], AcquireOptions::default()).await?;
+    /// let both = lock.acquire_all(&[from, to], AcquireOptions::default()).await?;
     /// // ... move money between the two accounts ...
     /// both.release().await?;
     /// # Ok(())
@@ -120,12 +120,12 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// Cancel safe: dropping the future drops the parts already taken
     /// (each a best-effort release) and the part being acquired (cancel
     /// safe as [`acquire`](Self::acquire) is).
-    fn acquire_many(
+    fn acquire_all(
         &self,
         keys: &[LockKey],
         opts: AcquireOptions,
-    ) -> impl Future<Output = Result<crate::ManyGuard<Self::Guard>>> + Send {
-        crate::many::acquire_many(self, keys, opts)
+    ) -> impl Future<Output = Result<crate::MultiGuard<Self::Guard>>> + Send {
+        crate::multi::acquire_all(self, keys, opts)
     }
 
     /// Takes the lock, runs `f` while holding it, and releases it.

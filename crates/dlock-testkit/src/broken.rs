@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal,
-    LostTrigger, ManyGuard, Result, Wait, Waiting,
+    LostTrigger, MultiGuard, Result, Wait, Waiting,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -66,10 +66,10 @@ pub enum Flaw {
     LostOnlyWhenHeard,
     /// Reports nothing through `tracing` ([`dlock_core::trace`]).
     Silent,
-    /// [`Lock::acquire_many`] takes the names in the order given, not in
+    /// [`Lock::acquire_all`] takes the names in the order given, not in
     /// one global order: two clients asking for `{a, b}` and `{b, a}` can
     /// each hold one name and wait for the other.
-    ManyInGivenOrder,
+    AllInGivenOrder,
 }
 
 impl Flaw {
@@ -87,7 +87,7 @@ impl Flaw {
         Flaw::ReleaseIgnoresLinkErrors,
         Flaw::LostOnlyWhenHeard,
         Flaw::Silent,
-        Flaw::ManyInGivenOrder,
+        Flaw::AllInGivenOrder,
     ];
 }
 
@@ -448,16 +448,16 @@ impl Lock for NaiveLock {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
     }
 
-    async fn acquire_many(&self, keys: &[LockKey], opts: AcquireOptions) -> Result<ManyGuard<NaiveGuard>> {
-        if self.flaw != Flaw::ManyInGivenOrder {
-            return dlock_core::driver::acquire_many(self, keys, opts).await;
+    async fn acquire_all(&self, keys: &[LockKey], opts: AcquireOptions) -> Result<MultiGuard<NaiveGuard>> {
+        if self.flaw != Flaw::AllInGivenOrder {
+            return dlock_core::driver::acquire_all(self, keys, opts).await;
         }
         // The bug: no global order.
         let mut parts = Vec::new();
         for key in keys {
             parts.push(self.acquire(key, opts).await?);
         }
-        Ok(ManyGuard::from_parts(parts))
+        Ok(MultiGuard::from_parts(parts))
     }
 }
 

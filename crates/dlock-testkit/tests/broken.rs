@@ -42,7 +42,7 @@ caught! {
     caught_release_ignores_link_errors: Flaw::ReleaseIgnoresLinkErrors => "failed_release_is_not_ok",
     caught_lost_only_when_heard: Flaw::LostOnlyWhenHeard => "dead_link_fires_lost_in_time",
     caught_silent: Flaw::Silent => "reports_through_tracing",
-    caught_many_in_given_order: Flaw::ManyInGivenOrder => "many_names_all_or_nothing",
+    caught_all_in_given_order: Flaw::AllInGivenOrder => "acquire_all_is_all_or_nothing",
 }
 
 /// `run_all` reports every scenario and the counts; a flaw stops it at the

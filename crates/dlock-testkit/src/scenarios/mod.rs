@@ -6,7 +6,7 @@
 //! backend's shortest TTL, and leaves nothing behind: the runner checks the
 //! namespace after each one.
 //!
-//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links`, `many`, `trace` (all
+//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links`, `multi`, `trace` (all
 //! re-exported here). The one list of scenarios, which makes both the test
 //! functions and the runner's table, is `__with_scenarios!` in the runner.
 
@@ -24,7 +24,7 @@ mod exclusion;
 mod expiry;
 mod fencing;
 mod links;
-mod many;
+mod multi;
 mod trace;
 
 pub use basics::*;
@@ -33,7 +33,7 @@ pub use exclusion::*;
 pub use expiry::*;
 pub use fencing::*;
 pub use links::*;
-pub use many::*;
+pub use multi::*;
 pub use trace::*;
 
 /// Timings a scenario uses, scaled from the backend's shortest TTL with

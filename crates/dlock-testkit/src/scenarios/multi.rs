@@ -1,4 +1,4 @@
-//! Several names at once ([`Lock::acquire_many`]): all or nothing, in one
+//! Several names at once ([`Lock::acquire_all`]): all or nothing, in one
 //! global order, lost with any part.
 
 use std::time::Instant;
@@ -15,14 +15,14 @@ use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
 /// deadlocking) and is granted when the held name is released; the granted
 /// set excludes others from every name, carries a token per name, and its
 /// release frees them all.
-pub async fn many_names_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let (k1, k2, k3) = (ctx.key("many-1"), ctx.key("many-2"), ctx.key("many-3"));
     let opts = ctx.opts(t.long_ttl);
     let held = b.acquire(&k2, opts).await?;
     match a
-        .acquire_many(&[k3.clone(), k1.clone(), k2.clone()], opts.wait(Wait::No))
+        .acquire_all(&[k3.clone(), k1.clone(), k2.clone()], opts.wait(Wait::No))
         .await
     {
         Err(Error::Timeout { key }) if key == k2.as_str() => {}
@@ -42,7 +42,7 @@ pub async fn many_names_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     }
     {
         let set = [k2.clone(), k1.clone()];
-        let waiting = a.acquire_many(&set, opts.wait(Wait::Forever));
+        let waiting = a.acquire_all(&set, opts.wait(Wait::Forever));
         tokio::pin!(waiting);
         let first_held = wait_until(
             t.prompt,
@@ -100,13 +100,13 @@ pub async fn many_names_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// A set held without auto-extend is `lost()` at its TTL, is then no
 /// longer held, and its names go to another client.
-pub async fn many_names_lost_with_their_ttl<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_all_is_lost_with_its_ttl<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let keys = [ctx.key("many-lost-b"), ctx.key("many-lost-a")];
     let started = Instant::now();
     let g = a
-        .acquire_many(&keys, ctx.opts(t.short_ttl).auto_extend(false))
+        .acquire_all(&keys, ctx.opts(t.short_ttl).auto_extend(false))
         .await?;
     ensure!(g.is_held(), "a fresh set is not held");
     within(
@@ -125,7 +125,7 @@ pub async fn many_names_lost_with_their_ttl<F: LockFactory>(ctx: Ctx<F>) -> Outc
     let again = within(
         t.prompt,
         "the names of an expired set for another client",
-        async { b.acquire_many(&keys, ctx.opts(t.long_ttl)).await },
+        async { b.acquire_all(&keys, ctx.opts(t.long_ttl)).await },
     )
     .await??;
     again.release().await?;

@@ -1,4 +1,4 @@
-//! Several names at once: [`Lock::acquire_many`] and its [`ManyGuard`],
+//! Several names at once: [`Lock::acquire_all`] and its [`MultiGuard`],
 //! generic over any [`Lock`].
 
 use std::time::{Duration, Instant};
@@ -10,29 +10,29 @@ use crate::{
     AcquireOptions, Error, FencingToken, Guard, Lock, LockKey, LostSignal, LostTrigger, Result, Wait,
 };
 
-/// What [`Lock::acquire_many`] does unless a driver overrides it: every key
+/// What [`Lock::acquire_all`] does unless a driver overrides it: every key
 /// of `keys` in one global order (by name), waiting at most `opts.wait` in
 /// all. For a driver that overrides it for some sets (say, one script for
 /// names on one server) and falls back to this for the rest.
 ///
 /// # Errors
 ///
-/// As [`Lock::acquire_many`].
+/// As [`Lock::acquire_all`].
 ///
 /// # Cancel safety
 ///
-/// As [`Lock::acquire_many`].
-pub async fn acquire_many<L: Lock>(
+/// As [`Lock::acquire_all`].
+pub async fn acquire_all<L: Lock>(
     lock: &L,
     keys: &[LockKey],
     opts: AcquireOptions,
-) -> Result<ManyGuard<L::Guard>> {
+) -> Result<MultiGuard<L::Guard>> {
     let started = Instant::now();
     let mut order: Vec<&LockKey> = keys.iter().collect();
     order.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
     if order.is_empty() {
         return Err(Error::InvalidKey {
-            reason: "acquire_many needs at least one key".to_owned(),
+            reason: "acquire_all needs at least one key".to_owned(),
         });
     }
     if let Some(twice) = order.windows(2).find(|w| w[0] == w[1]) {
@@ -62,7 +62,7 @@ pub async fn acquire_many<L: Lock>(
         release_all(parts).await;
         return Err(Error::Lost { key });
     }
-    Ok(ManyGuard::new(parts))
+    Ok(MultiGuard::new(parts))
 }
 
 /// Releases every part, concurrently, ignoring the outcomes (their TTLs
@@ -71,7 +71,7 @@ async fn release_all<G: Guard>(parts: Vec<G>) {
     drop(join_all(parts.into_iter().map(Guard::release)).await);
 }
 
-/// The guard of several names held together ([`Lock::acquire_many`]): one
+/// The guard of several names held together ([`Lock::acquire_all`]): one
 /// part per name, in name order.
 ///
 /// It behaves as one guard: [`lost`](Self::lost) fires when any part is (or
@@ -81,16 +81,16 @@ async fn release_all<G: Guard>(parts: Vec<G>) {
 /// Each part keeps its own fencing token ([`tokens`](Self::tokens)): a
 /// resource guarded by one of the names checks that name's token.
 #[must_use = "dropping the guard releases every name (best effort)"]
-pub struct ManyGuard<G: Guard> {
+pub struct MultiGuard<G: Guard> {
     parts: Vec<G>,
     lost: LostSignal,
     /// Fires `lost` when any part's signal does.
     watch: tokio::task::JoinHandle<()>,
 }
 
-impl<G: Guard> ManyGuard<G> {
+impl<G: Guard> MultiGuard<G> {
     /// Holds `parts` together, sorted by name: for a driver that takes a
-    /// set its own way ([`driver::acquire_many`](crate::driver::acquire_many)
+    /// set its own way ([`driver::acquire_all`](crate::driver::acquire_all)
     /// is the usual way).
     ///
     /// # Panics
@@ -107,7 +107,7 @@ impl<G: Guard> ManyGuard<G> {
         let (trigger, lost) = LostSignal::pair();
         let signals: Vec<LostSignal> = parts.iter().map(Guard::lost).collect();
         let watch = tokio::spawn(fire_on_any(signals, trigger));
-        ManyGuard { parts, lost, watch }
+        MultiGuard { parts, lost, watch }
     }
 
     /// The parts, one guard per name, in name order.
@@ -176,16 +176,16 @@ impl<G: Guard> ManyGuard<G> {
     }
 }
 
-impl<G: Guard> Drop for ManyGuard<G> {
+impl<G: Guard> Drop for MultiGuard<G> {
     fn drop(&mut self) {
         // The watch held the trigger: the signal fires with it.
         self.watch.abort();
     }
 }
 
-impl<G: Guard> std::fmt::Debug for ManyGuard<G> {
+impl<G: Guard> std::fmt::Debug for MultiGuard<G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManyGuard")
+        f.debug_struct("MultiGuard")
             .field("keys", &self.keys().map(LockKey::as_str).collect::<Vec<_>>())
             .field("held", &self.is_held())
             .finish()
@@ -215,11 +215,11 @@ mod tests {
         let lock = MemLock::new();
         let opts = AcquireOptions::default();
         assert!(matches!(
-            lock.acquire_many(&[], opts).await,
+            lock.acquire_all(&[], opts).await,
             Err(Error::InvalidKey { .. })
         ));
         let e = lock
-            .acquire_many(&[key("a"), key("b"), key("a")], opts)
+            .acquire_all(&[key("a"), key("b"), key("a")], opts)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("\"a\" is named twice"), "{e}");
@@ -231,7 +231,7 @@ mod tests {
     async fn parts_come_in_name_order_with_their_tokens() {
         let lock = MemLock::new();
         let g = lock
-            .acquire_many(&[key("c"), key("a"), key("b")], AcquireOptions::default())
+            .acquire_all(&[key("c"), key("a"), key("b")], AcquireOptions::default())
             .await
             .unwrap();
         let keys: Vec<&str> = g.keys().map(LockKey::as_str).collect();
@@ -257,7 +257,7 @@ mod tests {
             .acquire(&key("y"), AcquireOptions::default().ttl(LONG))
             .await
             .unwrap();
-        let g = ManyGuard::new(vec![x, y]);
+        let g = MultiGuard::new(vec![x, y]);
         let lost = g.lost();
         tokio::time::timeout(LONG, lost.wait()).await.unwrap();
         assert!(!g.is_held());
@@ -277,7 +277,7 @@ mod tests {
         let lock = MemLock::new();
         let other = lock.client();
         let g = lock
-            .acquire_many(&[key("a"), key("b")], AcquireOptions::default())
+            .acquire_all(&[key("a"), key("b")], AcquireOptions::default())
             .await
             .unwrap();
         let lost = g.lost();
@@ -285,7 +285,7 @@ mod tests {
         tokio::time::timeout(LONG, lost.wait()).await.unwrap();
         let again = tokio::time::timeout(
             LONG,
-            other.acquire_many(
+            other.acquire_all(
                 &[key("b"), key("a")],
                 AcquireOptions::default().wait(Wait::Forever),
             ),
@@ -309,7 +309,7 @@ mod tests {
         let wait = Duration::from_millis(200);
         let started = Instant::now();
         let e = lock
-            .acquire_many(
+            .acquire_all(
                 &[key("a"), key("b"), key("c")],
                 AcquireOptions::default().wait(Wait::For(wait)),
             )
@@ -338,7 +338,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 let keys = names.map(key);
                 for _ in 0..200 {
-                    let g = lock.acquire_many(&keys, opts).await.unwrap();
+                    let g = lock.acquire_all(&keys, opts).await.unwrap();
                     tokio::task::yield_now().await;
                     g.release().await.unwrap();
                 }
