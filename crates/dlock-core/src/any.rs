@@ -23,6 +23,16 @@ trait DynLock: Send + Sync {
         key: &'a LockKey,
         opts: AcquireOptions,
     ) -> BoxFuture<'a, Result<Option<AnyGuard>>>;
+    fn acquire_read<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>>;
+    fn acquire_write<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions)
+    -> BoxFuture<'a, Result<AnyGuard>>;
+    fn acquire_permits<'a>(
+        &'a self,
+        key: &'a LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> BoxFuture<'a, Result<AnyGuard>>;
 }
 
 impl<L: Lock> DynLock for L {
@@ -41,6 +51,29 @@ impl<L: Lock> DynLock for L {
         opts: AcquireOptions,
     ) -> BoxFuture<'a, Result<Option<AnyGuard>>> {
         Box::pin(async move { Ok(Lock::try_acquire(self, key, opts).await?.map(AnyGuard::new)) })
+    }
+    fn acquire_read<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>> {
+        Box::pin(async move { Lock::acquire_read(self, key, opts).await.map(AnyGuard::new) })
+    }
+    fn acquire_write<'a>(
+        &'a self,
+        key: &'a LockKey,
+        opts: AcquireOptions,
+    ) -> BoxFuture<'a, Result<AnyGuard>> {
+        Box::pin(async move { Lock::acquire_write(self, key, opts).await.map(AnyGuard::new) })
+    }
+    fn acquire_permits<'a>(
+        &'a self,
+        key: &'a LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> BoxFuture<'a, Result<AnyGuard>> {
+        Box::pin(async move {
+            Lock::acquire_permits(self, key, count, limit, opts)
+                .await
+                .map(AnyGuard::new)
+        })
     }
 }
 
@@ -100,6 +133,27 @@ impl Lock for AnyLock {
     /// See [`Lock::try_acquire`]; forwards to the driver's own `try_acquire`.
     async fn try_acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<Option<AnyGuard>> {
         self.0.try_acquire(key, opts).await
+    }
+
+    /// See [`Lock::acquire_read`]; forwards to the driver.
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
+        self.0.acquire_read(key, opts).await
+    }
+
+    /// See [`Lock::acquire_write`]; forwards to the driver.
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
+        self.0.acquire_write(key, opts).await
+    }
+
+    /// See [`Lock::acquire_permits`]; forwards to the driver.
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<AnyGuard> {
+        self.0.acquire_permits(key, count, limit, opts).await
     }
 }
 

@@ -38,17 +38,41 @@ pub struct Capabilities {
     /// to it (etcd leases: 2 s; ZooKeeper: the server's minimum session
     /// timeout).
     pub min_ttl: Duration,
+    /// Read-write locks: [`Lock::acquire_read`](crate::Lock::acquire_read)
+    /// and [`Lock::acquire_write`](crate::Lock::acquire_write).
+    pub read_write: bool,
+    /// Counting semaphores:
+    /// [`Lock::acquire_permits`](crate::Lock::acquire_permits).
+    pub semaphores: bool,
 }
 
 impl Capabilities {
-    /// Builds a capability set (for driver authors).
+    /// Builds a capability set (for driver authors): a mutex only, until
+    /// [`with_read_write`](Self::with_read_write) and
+    /// [`with_semaphores`](Self::with_semaphores) say more.
     pub const fn new(fencing: Fencing, fifo: bool, waiting: Waiting, min_ttl: Duration) -> Self {
         Capabilities {
             fencing,
             fifo,
             waiting,
             min_ttl,
+            read_write: false,
+            semaphores: false,
         }
+    }
+
+    /// The backend offers read-write locks.
+    #[must_use]
+    pub const fn with_read_write(mut self) -> Self {
+        self.read_write = true;
+        self
+    }
+
+    /// The backend offers counting semaphores.
+    #[must_use]
+    pub const fn with_semaphores(mut self) -> Self {
+        self.semaphores = true;
+        self
     }
 
     /// `true` when grants carry strictly increasing tokens.

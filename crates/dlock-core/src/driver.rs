@@ -124,6 +124,20 @@ pub fn wait_deadline(wait: crate::Wait, started: Instant) -> Option<Instant> {
     }
 }
 
+/// Checks a semaphore request: `1 <= count <= limit`.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] naming the numbers otherwise.
+pub fn check_permits(count: u32, limit: u32) -> Result<()> {
+    if count == 0 || count > limit {
+        return Err(Error::InvalidConfig(format!(
+            "a semaphore's permits: asked for {count} of {limit}, need 1 to {limit} (and a limit of at least 1)"
+        )));
+    }
+    Ok(())
+}
+
 /// A server's refusal of a release or an extend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {

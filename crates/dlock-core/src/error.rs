@@ -49,9 +49,22 @@ pub enum Error {
         /// Why the key was refused.
         reason: String,
     },
-    /// A configuration value or URL was refused.
+    /// A configuration value or URL was refused (a semaphore's permits
+    /// among them: a count of 1 to `limit`, a limit of at least 1).
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The backend does not offer this primitive (read-write locks,
+    /// semaphores), or cannot keep its invariant; see
+    /// [`Capabilities`](crate::Capabilities).
+    #[error("{backend} does not offer {what}: {why}")]
+    Unsupported {
+        /// The backend's short name.
+        backend: &'static str,
+        /// The primitive asked for.
+        what: &'static str,
+        /// Why not.
+        why: &'static str,
+    },
     /// The backend could not be reached, or has no quorum. Shown as one
     /// sentence: `redis at 127.0.0.1:6379 unavailable: connection refused`
     /// when the driver knows the endpoint (the source is then an

@@ -9,6 +9,15 @@ use std::time::Duration;
 
 use crate::{AcquireOptions, Capabilities, Error, FencingToken, LockKey, Result, Wait};
 
+/// The error of a primitive a driver does not implement.
+fn unsupported(backend: &'static str, what: &'static str) -> Error {
+    Error::Unsupported {
+        backend,
+        what,
+        why: "this driver does not implement them",
+    }
+}
+
 /// A connected lock backend: a cheap-to-clone handle that many tasks share.
 ///
 /// Implemented by every driver (`MemLock`, `RedisLock`, `EtcdLock`, ...) and by
@@ -84,6 +93,113 @@ pub trait Lock: Clone + Send + Sync + 'static {
                 Err(e) => Err(e),
             }
         }
+    }
+
+    /// Takes `key` as a read-write lock, shared: any number of read grants
+    /// hold together, none while a write grant holds, and a read waits
+    /// behind a write that was waiting before it (a stream of readers
+    /// cannot starve a writer). The names of read-write locks are apart
+    /// from mutex names (as in Curator and etcd's recipes, whose layouts
+    /// differ): [`acquire`](Self::acquire) of the same name does not
+    /// exclude it.
+    ///
+    /// Tokens: every grant of a read-write lock, read or write, takes the
+    /// next number of one sequence per name, so write tokens strictly
+    /// increase, and a read's token lies between those of the writes
+    /// granted before and after it: a resource can tell whether a reader's
+    /// view predates a write. Read tokens repeat nothing, but readers hold
+    /// together: do not fence readers against each other.
+    ///
+    /// The guard behaves as a mutex's: TTL, `auto_extend`, `lost()`,
+    /// `extend`, `release`, best-effort release on drop.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::Unsupported`] where the
+    /// backend offers no read-write locks ([`Capabilities::read_write`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    fn acquire_read(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        let _ = (key, opts);
+        let e = unsupported(self.backend(), "read-write locks");
+        async move { Err(e) }
+    }
+
+    /// Takes `key` as a read-write lock, exclusive: no other read or write
+    /// grant holds meanwhile. See [`acquire_read`](Self::acquire_read) for
+    /// names and tokens.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_read`](Self::acquire_read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    fn acquire_write(
+        &self,
+        key: &LockKey,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        let _ = (key, opts);
+        let e = unsupported(self.backend(), "read-write locks");
+        async move { Err(e) }
+    }
+
+    /// Takes `count` of the `limit` permits of the semaphore `key`: never
+    /// more than `limit` permits are held at once by the clients that use
+    /// this `limit` (they must agree on it: each is admitted by its own).
+    /// Waiters are served in order where the backend is FIFO; a waiter
+    /// that needs more permits than are free holds back those behind it.
+    /// Semaphore names are apart from mutex and read-write lock names.
+    ///
+    /// Tokens: each grant takes the next number of one sequence per name
+    /// (never repeated), but permit holders hold together: the token
+    /// identifies a grant, it does not fence one holder from another.
+    ///
+    /// ```
+    /// use dlock_core::{AcquireOptions, Guard, Lock, LockKey, MemLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// let lock = MemLock::new();
+    /// let jobs = LockKey::new("nightly-export")?;
+    /// let opts = AcquireOptions::default();
+    /// // At most 3 exports at once across the fleet.
+    /// let one = lock.acquire_permits(&jobs, 1, 3, opts).await?;
+    /// let two_more = lock.acquire_permits(&jobs, 2, 3, opts).await?;
+    /// assert!(lock.acquire_permits(&jobs, 1, 3, opts.wait(dlock_core::Wait::No)).await.is_err());
+    /// one.release().await?;
+    /// two_more.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
+    /// `1 <= count <= limit`; [`Error::Unsupported`] where the backend
+    /// offers no semaphores ([`Capabilities::semaphores`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        let _ = (key, count, limit, opts);
+        let e = unsupported(self.backend(), "semaphores");
+        async move { Err(e) }
     }
 
     /// Acquires every name of `keys` together, or none of them: the names

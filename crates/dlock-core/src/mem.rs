@@ -84,26 +84,75 @@ struct Server {
 
 #[derive(Default)]
 struct State {
-    keys: HashMap<LockKey, Entry>,
+    keys: HashMap<Name, Entry>,
     last_token: u64,
     last_id: u64,
 }
 
+/// What a name is used as: mutexes, read-write locks and semaphores of the
+/// same name are separate (as the layouts of the network backends are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+type Name = (Kind, LockKey);
+
+/// What a grant takes of its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A mutex grant, or a read-write lock's write grant.
+    Exclusive,
+    /// A read grant.
+    Shared,
+    /// `count` of a semaphore's `limit` permits.
+    Permits { count: u32, limit: u32 },
+}
+
 #[derive(Default)]
 struct Entry {
-    holder: Option<Holder>,
+    holders: Vec<Holder>,
     waiters: VecDeque<Waiter>,
+}
+
+impl Entry {
+    /// Whether `claim` can be granted next to the current holders.
+    fn fits(&self, claim: Claim) -> bool {
+        match claim {
+            Claim::Exclusive => self.holders.is_empty(),
+            Claim::Shared => self.holders.iter().all(|h| h.claim == Claim::Shared),
+            Claim::Permits { count, limit } => {
+                let taken: u64 = self
+                    .holders
+                    .iter()
+                    .map(|h| match h.claim {
+                        Claim::Permits { count, .. } => u64::from(count),
+                        _ => u64::from(limit),
+                    })
+                    .sum();
+                taken + u64::from(count) <= u64::from(limit)
+            }
+        }
+    }
+
+    fn holder(&self, id: u64) -> Option<&Holder> {
+        self.holders.iter().find(|h| h.id == id)
+    }
 }
 
 struct Holder {
     id: u64,
     deadline: Instant,
     lost: LostTrigger,
+    claim: Claim,
 }
 
 struct Waiter {
     id: u64,
     ttl: Duration,
+    claim: Claim,
     grant: oneshot::Sender<Grant>,
 }
 
@@ -121,29 +170,31 @@ impl Server {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the expiry timer of `id`'s grant of `key`. Called by the
+    /// Starts the expiry timer of `id`'s grant of `name`. Called by the
     /// acquire that receives the grant (always inside a runtime), not where
     /// the grant is made: a hand-off may happen in a guard's drop, outside
-    /// one. Until it runs, any call on the key expires an overdue holder
+    /// one. Until it runs, any call on the name expires an overdue holder
     /// itself (`reap_if_due`).
-    fn expire_in_background(self: &Arc<Self>, key: &LockKey, id: u64) {
+    fn expire_in_background(self: &Arc<Self>, name: &Name, id: u64) {
         drop(tokio::spawn(expire_when_due(
             Arc::downgrade(self),
-            key.clone(),
+            name.clone(),
             id,
         )));
     }
 
-    /// Makes `id` the holder of `key` (its acquire starts the expiry timer).
-    fn grant(self: &Arc<Self>, st: &mut State, key: &LockKey, id: u64, ttl: Duration) -> Grant {
+    /// Makes `id` a holder of `name` (its acquire starts the expiry timer).
+    /// Every grant takes the next token, whatever its claim.
+    fn grant(self: &Arc<Self>, st: &mut State, name: &Name, id: u64, ttl: Duration, claim: Claim) -> Grant {
         st.last_token += 1;
         let token = FencingToken::new(st.last_token);
         let deadline = crate::driver::saturating_add(Instant::now(), ttl);
         let (trigger, signal) = LostSignal::pair();
-        st.keys.entry(key.clone()).or_default().holder = Some(Holder {
+        st.keys.entry(name.clone()).or_default().holders.push(Holder {
             id,
             deadline,
             lost: trigger.clone(),
+            claim,
         });
         Grant {
             token,
@@ -152,68 +203,100 @@ impl Server {
         }
     }
 
-    /// Clears the holder of `key` and hands the key to the first waiter that
-    /// is still there (FIFO). Removes the entry when nobody is left.
-    fn free(self: &Arc<Self>, st: &mut State, key: &LockKey) {
+    /// Takes `id` out of `name`'s holders.
+    fn free(self: &Arc<Self>, st: &mut State, name: &Name, id: u64) {
+        if let Some(entry) = st.keys.get_mut(name) {
+            entry.holders.retain(|h| h.id != id);
+        }
+        self.admit(st, name);
+    }
+
+    /// Grants `name` to the waiters at the front of its queue while they
+    /// fit (FIFO: a waiter that does not fit holds back those behind it, so
+    /// a waiting writer is not starved by later readers). Removes the entry
+    /// when nobody is left.
+    fn admit(self: &Arc<Self>, st: &mut State, name: &Name) {
         loop {
-            let Some(entry) = st.keys.get_mut(key) else { return };
-            entry.holder = None;
-            let Some(waiter) = entry.waiters.pop_front() else {
-                st.keys.remove(key);
+            let Some(entry) = st.keys.get_mut(name) else {
                 return;
             };
-            let grant = self.grant(st, key, waiter.id, waiter.ttl);
-            if waiter.grant.send(grant).is_ok() {
+            let fits = entry.waiters.front().is_some_and(|w| entry.fits(w.claim));
+            if !fits {
+                if entry.holders.is_empty() && entry.waiters.is_empty() {
+                    st.keys.remove(name);
+                }
                 return;
             }
-            // That waiter's future is gone: undo its grant and try the next.
-        }
-    }
-
-    /// Expires the holder of `key` if its deadline has passed (the timer task
-    /// may lag behind a caller that checks first).
-    fn reap_if_due(self: &Arc<Self>, st: &mut State, key: &LockKey) {
-        let due = st
-            .keys
-            .get(key)
-            .and_then(|e| e.holder.as_ref())
-            .is_some_and(|h| h.deadline <= Instant::now());
-        if due {
-            if let Some(h) = st.keys.get_mut(key).and_then(|e| e.holder.take()) {
-                crate::trace::lost(BACKEND, key.as_str(), crate::trace::why::EXPIRED);
-                h.lost.fire();
+            let Some(waiter) = entry.waiters.pop_front() else {
+                return;
+            };
+            let grant = self.grant(st, name, waiter.id, waiter.ttl, waiter.claim);
+            if waiter.grant.send(grant).is_err() {
+                // That waiter's future is gone: undo its grant.
+                if let Some(entry) = st.keys.get_mut(name) {
+                    entry.holders.retain(|h| h.id != waiter.id);
+                }
             }
-            self.free(st, key);
         }
     }
 
-    /// Checks that `id` holds `key` right now.
+    /// Expires the holders of `name` whose deadline has passed (the timer
+    /// task may lag behind a caller that checks first).
+    fn reap_if_due(self: &Arc<Self>, st: &mut State, name: &Name) {
+        let now = Instant::now();
+        let Some(entry) = st.keys.get_mut(name) else {
+            return;
+        };
+        if !entry.holders.iter().any(|h| h.deadline <= now) {
+            return;
+        }
+        entry.holders.retain(|h| {
+            if h.deadline > now {
+                return true;
+            }
+            crate::trace::lost(BACKEND, name.1.as_str(), crate::trace::why::EXPIRED);
+            h.lost.fire();
+            false
+        });
+        self.admit(st, name);
+    }
+
+    /// Checks that `id` holds `name` right now.
     fn check_holder(
         self: &Arc<Self>,
         st: &mut State,
-        key: &LockKey,
+        name: &Name,
         id: u64,
     ) -> std::result::Result<(), Refusal> {
-        self.reap_if_due(st, key);
-        match st.keys.get(key).and_then(|e| e.holder.as_ref()) {
-            Some(h) if h.id == id => Ok(()),
-            Some(_) => Err(Refusal::HeldByOther),
-            None => Err(Refusal::Expired),
+        self.reap_if_due(st, name);
+        let Some(entry) = st.keys.get(name) else {
+            return Err(Refusal::Expired);
+        };
+        if entry.holder(id).is_some() {
+            Ok(())
+        } else if entry.holders.iter().any(|h| h.claim == Claim::Exclusive) {
+            Err(Refusal::HeldByOther)
+        } else {
+            Err(Refusal::Expired)
         }
     }
 
-    fn release(self: &Arc<Self>, key: &LockKey, id: u64) -> std::result::Result<(), Refusal> {
+    fn release(self: &Arc<Self>, name: &Name, id: u64) -> std::result::Result<(), Refusal> {
         let mut st = self.state();
-        self.check_holder(&mut st, key, id)?;
-        self.free(&mut st, key);
+        self.check_holder(&mut st, name, id)?;
+        self.free(&mut st, name, id);
         Ok(())
     }
 
-    fn extend(self: &Arc<Self>, key: &LockKey, id: u64, ttl: Duration) -> std::result::Result<(), Refusal> {
+    fn extend(self: &Arc<Self>, name: &Name, id: u64, ttl: Duration) -> std::result::Result<(), Refusal> {
         let mut st = self.state();
-        self.check_holder(&mut st, key, id)?;
+        self.check_holder(&mut st, name, id)?;
         let mut earlier = false;
-        if let Some(h) = st.keys.get_mut(key).and_then(|e| e.holder.as_mut()) {
+        if let Some(h) = st
+            .keys
+            .get_mut(name)
+            .and_then(|e| e.holders.iter_mut().find(|h| h.id == id))
+        {
             let deadline = crate::driver::saturating_add(Instant::now(), ttl);
             earlier = deadline < h.deadline;
             h.deadline = deadline;
@@ -221,48 +304,47 @@ impl Server {
         drop(st);
         if earlier {
             // The expiry timer sleeps until the old deadline: one for the new.
-            self.expire_in_background(key, id);
+            self.expire_in_background(name, id);
         }
         Ok(())
     }
 
-    /// Removes waiter `id` of `key`, or gives the key back if the hand-off
-    /// reached `id` after its `acquire` was dropped.
-    fn withdraw(self: &Arc<Self>, key: &LockKey, id: u64) {
+    /// Removes waiter `id` of `name`, or gives the grant back if the
+    /// hand-off reached `id` after its `acquire` was dropped.
+    fn withdraw(self: &Arc<Self>, name: &Name, id: u64) {
         let mut st = self.state();
-        let Some(entry) = st.keys.get_mut(key) else { return };
-        if entry.holder.as_ref().is_some_and(|h| h.id == id) {
-            self.free(&mut st, key);
+        let Some(entry) = st.keys.get_mut(name) else {
+            return;
+        };
+        if entry.holder(id).is_some() {
+            self.free(&mut st, name, id);
         } else {
             entry.waiters.retain(|w| w.id != id);
+            // The waiter may have held back others that fit now.
+            self.admit(&mut st, name);
         }
     }
 }
 
 /// The backend's expiry timer for one grant: sleeps until the holder's
 /// deadline (following extensions), then expires it.
-async fn expire_when_due(server: Weak<Server>, key: LockKey, id: u64) {
+async fn expire_when_due(server: Weak<Server>, name: Name, id: u64) {
     loop {
         let deadline = {
             let Some(server) = server.upgrade() else { return };
             let st = server.state();
-            match st.keys.get(&key).and_then(|e| e.holder.as_ref()) {
-                Some(h) if h.id == id => h.deadline,
-                _ => return,
+            match st.keys.get(&name).and_then(|e| e.holder(id)) {
+                Some(h) => h.deadline,
+                None => return,
             }
         };
         tokio::time::sleep_until(deadline.into()).await;
         let Some(server) = server.upgrade() else { return };
         let mut st = server.state();
-        let ours = st
-            .keys
-            .get(&key)
-            .and_then(|e| e.holder.as_ref())
-            .is_some_and(|h| h.id == id);
-        if !ours {
+        if st.keys.get(&name).and_then(|e| e.holder(id)).is_none() {
             return;
         }
-        server.reap_if_due(&mut st, &key);
+        server.reap_if_due(&mut st, &name);
     }
 }
 
@@ -305,20 +387,26 @@ impl MemLock {
             .state()
             .keys
             .iter()
-            .filter(|(k, e)| k.as_str().starts_with(prefix) && (e.holder.is_some() || !e.waiters.is_empty()))
-            .map(|(k, _)| k.clone())
+            .filter(|((_, k), e)| {
+                k.as_str().starts_with(prefix) && (!e.holders.is_empty() || !e.waiters.is_empty())
+            })
+            .map(|((_, k), _)| k.clone())
             .collect();
         keys.sort();
+        keys.dedup();
         keys
     }
 
-    /// How many clients contend for `key`: the holder (0 or 1) plus waiters.
+    /// How many clients contend for `key` as a mutex, a read-write lock
+    /// or a semaphore: its holders plus its waiters.
     pub fn contenders(&self, key: &LockKey) -> usize {
         self.server
             .state()
             .keys
-            .get(key)
-            .map_or(0, |e| usize::from(e.holder.is_some()) + e.waiters.len())
+            .iter()
+            .filter(|((_, k), _)| k == key)
+            .map(|(_, e)| e.holders.len() + e.waiters.len())
+            .sum()
     }
 
     fn check_up(&self) -> Result<()> {
@@ -328,7 +416,7 @@ impl MemLock {
         Ok(())
     }
 
-    fn guard(&self, key: &LockKey, id: u64, grant: Grant, opts: AcquireOptions, ttl: Duration) -> MemGuard {
+    fn guard(&self, name: &Name, id: u64, grant: Grant, opts: AcquireOptions, ttl: Duration) -> MemGuard {
         let local_deadline = Arc::new(Mutex::new(
             grant
                 .deadline
@@ -340,7 +428,7 @@ impl MemLock {
             tokio::spawn(watchdog(
                 Arc::downgrade(&self.server),
                 Arc::clone(&self.client),
-                key.clone(),
+                name.clone(),
                 id,
                 ttl,
                 Arc::clone(&local_deadline),
@@ -349,7 +437,7 @@ impl MemLock {
         });
         MemGuard {
             lock: self.clone(),
-            key: key.clone(),
+            name: name.clone(),
             id,
             token: grant.token,
             lost: signal,
@@ -379,12 +467,13 @@ impl std::fmt::Debug for MemLock {
 async fn watchdog(
     server: Weak<Server>,
     client: Arc<ClientState>,
-    key: LockKey,
+    name: Name,
     id: u64,
     ttl: Duration,
     local_deadline: Arc<Mutex<Instant>>,
     lost: LostTrigger,
 ) {
+    let key = &name.1;
     let period = ttl / 3;
     loop {
         tokio::time::sleep(period).await;
@@ -397,7 +486,7 @@ async fn watchdog(
             return;
         };
         let sent = Instant::now();
-        match server.extend(&key, id, ttl) {
+        match server.extend(&name, id, ttl) {
             Ok(()) => {
                 let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
                 *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
@@ -422,6 +511,8 @@ impl Lock for MemLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Strict, true, Waiting::Notified, MEM_MIN_TTL)
+            .with_read_write()
+            .with_semaphores()
     }
 
     /// See [`Lock::acquire`]. Waiters are granted in FIFO order.
@@ -438,27 +529,87 @@ impl Lock for MemLock {
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
         crate::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
     }
+
+    /// See [`Lock::acquire_read`]: FIFO with the writers.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+        let take = self.take(Kind::ReadWrite, Claim::Shared, key, opts);
+        crate::trace::acquire(BACKEND, key, &opts, take).await
+    }
+
+    /// See [`Lock::acquire_write`].
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+        let take = self.take(Kind::ReadWrite, Claim::Exclusive, key, opts);
+        crate::trace::acquire(BACKEND, key, &opts, take).await
+    }
+
+    /// See [`Lock::acquire_permits`]: FIFO.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
+    /// `1 <= count <= limit`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<MemGuard> {
+        crate::driver::check_permits(count, limit)?;
+        let take = self.take(Kind::Semaphore, Claim::Permits { count, limit }, key, opts);
+        crate::trace::acquire(BACKEND, key, &opts, take).await
+    }
 }
 
 impl MemLock {
     async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+        self.take(Kind::Mutex, Claim::Exclusive, key, opts).await
+    }
+
+    /// Takes `claim` of `key` as a `kind`: at once if it fits and nobody
+    /// waits, otherwise in FIFO order by hand-off.
+    async fn take(&self, kind: Kind, claim: Claim, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
         self.check_up()?;
         let started = Instant::now();
         let ttl = opts.ttl.max(MEM_MIN_TTL);
         let timeout = || Error::Timeout {
             key: key.as_str().to_owned(),
         };
+        let name: Name = (kind, key.clone());
         let (id, rx) = {
             let mut st = self.server.state();
-            self.server.reap_if_due(&mut st, key);
+            self.server.reap_if_due(&mut st, &name);
             st.last_id += 1;
             let id = st.last_id;
-            let free = st.keys.get(key).is_none_or(|e| e.holder.is_none());
-            if free {
-                let grant = self.server.grant(&mut st, key, id, ttl);
+            let now = st
+                .keys
+                .get(&name)
+                .is_none_or(|e| e.waiters.is_empty() && e.fits(claim));
+            if now {
+                let grant = self.server.grant(&mut st, &name, id, ttl, claim);
                 drop(st);
-                self.server.expire_in_background(key, id);
-                return Ok(self.guard(key, id, grant, opts, ttl));
+                self.server.expire_in_background(&name, id);
+                return Ok(self.guard(&name, id, grant, opts, ttl));
             }
             if opts.wait == Wait::No {
                 return Err(timeout());
@@ -466,15 +617,20 @@ impl MemLock {
             crate::trace::queued();
             let (tx, rx) = oneshot::channel();
             st.keys
-                .entry(key.clone())
+                .entry(name.clone())
                 .or_default()
                 .waiters
-                .push_back(Waiter { id, ttl, grant: tx });
+                .push_back(Waiter {
+                    id,
+                    ttl,
+                    claim,
+                    grant: tx,
+                });
             (id, rx)
         };
         // The waiter goes if this call ends without its grant (a timeout,
         // a dropped future).
-        let registration = crate::driver::OnDrop::new((), |()| self.server.withdraw(key, id));
+        let registration = crate::driver::OnDrop::new((), |()| self.server.withdraw(&name, id));
         let grant = match opts.wait {
             Wait::For(d) => {
                 match tokio::time::timeout_at(crate::driver::saturating_add(started, d).into(), rx).await {
@@ -486,8 +642,8 @@ impl MemLock {
         };
         let grant = grant.map_err(|_| Error::backend(BACKEND, "the waiter's hand-off channel closed"))?;
         registration.disarm();
-        self.server.expire_in_background(key, id);
-        Ok(self.guard(key, id, grant, opts, ttl))
+        self.server.expire_in_background(&name, id);
+        Ok(self.guard(&name, id, grant, opts, ttl))
     }
 }
 
@@ -496,7 +652,7 @@ impl MemLock {
 #[must_use = "dropping the guard releases the lock"]
 pub struct MemGuard {
     lock: MemLock,
-    key: LockKey,
+    name: Name,
     id: u64,
     token: FencingToken,
     lost: LostSignal,
@@ -511,7 +667,7 @@ pub struct MemGuard {
 impl std::fmt::Debug for MemGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemGuard")
-            .field("key", &self.key)
+            .field("key", &self.name.1)
             .field("token", &self.token)
             .field("held", &self.is_held())
             .finish()
@@ -528,7 +684,7 @@ impl MemGuard {
 
 impl Guard for MemGuard {
     fn key(&self) -> &LockKey {
-        &self.key
+        &self.name.1
     }
 
     fn token(&self) -> Option<FencingToken> {
@@ -561,8 +717,8 @@ impl Guard for MemGuard {
         let sent = Instant::now();
         self.lock
             .server
-            .extend(&self.key, self.id, ttl)
-            .map_err(|r| r.into_error(&self.key))?;
+            .extend(&self.name, self.id, ttl)
+            .map_err(|r| r.into_error(&self.name.1))?;
         let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
         *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
         Ok(())
@@ -585,9 +741,9 @@ impl Guard for MemGuard {
         let released = self
             .lock
             .server
-            .release(&self.key, self.id)
-            .map_err(|r| r.into_error(&self.key));
-        crate::trace::release_result(BACKEND, &self.key, Some(self.token), released)
+            .release(&self.name, self.id)
+            .map_err(|r| r.into_error(&self.name.1));
+        crate::trace::release_result(BACKEND, &self.name.1, Some(self.token), released)
     }
 }
 
@@ -595,7 +751,7 @@ impl Drop for MemGuard {
     fn drop(&mut self) {
         self.stop_watchdog();
         if !self.released && !self.lock.client.abandoned.load(Ordering::SeqCst) {
-            let _ = self.lock.server.release(&self.key, self.id);
+            let _ = self.lock.server.release(&self.name, self.id);
         }
     }
 }
