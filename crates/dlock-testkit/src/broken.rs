@@ -70,11 +70,15 @@ pub enum Flaw {
     /// one global order: two clients asking for `{a, b}` and `{b, a}` can
     /// each hold one name and wait for the other.
     AllInGivenOrder,
+    /// A read ignores a waiting writer: a stream of readers starves it.
+    ReaderIgnoresWaitingWriter,
+    /// A semaphore admits one permit more than its limit.
+    SemaphoreOverAdmits,
 }
 
 impl Flaw {
     /// Every flaw but [`Flaw::None`].
-    pub const BROKEN: [Flaw; 13] = [
+    pub const BROKEN: [Flaw; 15] = [
         Flaw::GrantsToEveryone,
         Flaw::ReusesTokens,
         Flaw::NeverExpires,
@@ -88,12 +92,16 @@ impl Flaw {
         Flaw::LostOnlyWhenHeard,
         Flaw::Silent,
         Flaw::AllInGivenOrder,
+        Flaw::ReaderIgnoresWaitingWriter,
+        Flaw::SemaphoreOverAdmits,
     ];
 }
 
 #[derive(Default)]
 struct Table {
     entries: HashMap<LockKey, Entry>,
+    /// Read-write locks (`false`) and semaphores (`true`) by name.
+    family: HashMap<(bool, LockKey), Family>,
     last_token: u64,
     last_owner: u64,
 }
@@ -104,7 +112,56 @@ struct Entry {
     deadline: Instant,
 }
 
+/// What a read-write or semaphore grant takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Read,
+    Write,
+    Permits { count: u32, limit: u32 },
+}
+
+/// The holders of one read-write lock or semaphore.
+#[derive(Default)]
+struct Family {
+    holders: Vec<Member>,
+    /// A writer waits (refreshed by its polls): readers keep out.
+    writer_waits_until: Option<Instant>,
+}
+
+#[derive(Clone, Copy)]
+struct Member {
+    owner: u64,
+    deadline: Instant,
+    claim: Claim,
+}
+
+/// How long a waiting writer's mark outlives its last poll.
+const WRITER_MARK: Duration = Duration::from_millis(200);
+
 impl Table {
+    /// The live member `owner` of any family named `key`.
+    fn member(&mut self, key: &LockKey, owner: u64) -> Option<&mut Member> {
+        let now = Instant::now();
+        self.family
+            .iter_mut()
+            .filter(|((_, k), _)| k == key)
+            .flat_map(|(_, f)| f.holders.iter_mut())
+            .find(|m| m.owner == owner && m.deadline > now)
+    }
+
+    fn forget_member(&mut self, key: &LockKey, owner: u64) {
+        for ((_, k), f) in &mut self.family {
+            if k == key {
+                f.holders.retain(|m| m.owner != owner);
+            }
+        }
+        let now = Instant::now();
+        self.family.retain(|_, f| {
+            f.holders.retain(|m| m.deadline > now);
+            !f.holders.is_empty() || f.writer_waits_until.is_some_and(|u| u > now)
+        });
+    }
+
     fn live(&mut self, key: &LockKey) -> Option<Entry> {
         let now = Instant::now();
         self.entries.retain(|_, e| e.deadline > now);
@@ -215,10 +272,19 @@ impl NaiveLock {
 
     /// One acquire attempt over the link. A grant whose reply does not
     /// arrive (lost, or the caller gone) is given back in the background.
-    async fn attempt(&self, key: &LockKey, ttl: Duration) -> Result<Option<(u64, FencingToken, Instant)>> {
+    async fn attempt(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        claim: Option<Claim>,
+        waiting: bool,
+    ) -> Result<Option<(u64, FencingToken, Instant)>> {
         let r = async {
             self.cross().await?;
-            let grant = self.try_once(key, ttl);
+            let grant = match claim {
+                None => self.try_once(key, ttl),
+                Some(claim) => self.try_family(key, claim, ttl, waiting),
+            };
             let give_back =
                 grant
                     .filter(|_| self.flaw != Flaw::CancelInFlightLeavesHeld)
@@ -289,6 +355,61 @@ impl NaiveLock {
         Some((owner, FencingToken::new(token), deadline))
     }
 
+    /// One read-write or semaphore attempt (`waiting`: the caller will
+    /// poll again, so a writer marks itself waiting).
+    fn try_family(
+        &self,
+        key: &LockKey,
+        claim: Claim,
+        ttl: Duration,
+        waiting: bool,
+    ) -> Option<(u64, FencingToken, Instant)> {
+        let mut t = self.table();
+        let now = Instant::now();
+        let name = (matches!(claim, Claim::Permits { .. }), key.clone());
+        let fam = t.family.entry(name.clone()).or_default();
+        fam.holders.retain(|m| m.deadline > now);
+        let writer_waits = fam.writer_waits_until.is_some_and(|u| u > now);
+        let fits = match claim {
+            Claim::Write => fam.holders.is_empty(),
+            Claim::Read => {
+                fam.holders.iter().all(|m| m.claim == Claim::Read)
+                    && (!writer_waits || self.flaw == Flaw::ReaderIgnoresWaitingWriter)
+            }
+            Claim::Permits { count, limit } => {
+                let limit = u64::from(limit) + u64::from(self.flaw == Flaw::SemaphoreOverAdmits);
+                let taken: u64 = fam
+                    .holders
+                    .iter()
+                    .map(|m| match m.claim {
+                        Claim::Permits { count, .. } => u64::from(count),
+                        _ => 0,
+                    })
+                    .sum();
+                taken + u64::from(count) <= limit
+            }
+        };
+        if !fits {
+            if claim == Claim::Write && waiting {
+                fam.writer_waits_until = Some(now + WRITER_MARK);
+            }
+            return None;
+        }
+        if claim == Claim::Write {
+            fam.writer_waits_until = None;
+        }
+        let deadline = dlock_core::driver::saturating_add(now, ttl);
+        t.last_owner += 1;
+        t.last_token += 1;
+        let (owner, token) = (t.last_owner, t.last_token);
+        t.family.entry(name).or_default().holders.push(Member {
+            owner,
+            deadline,
+            claim,
+        });
+        Some((owner, FencingToken::new(token), deadline))
+    }
+
     fn refusal(&self, key: &LockKey, entry: Option<Entry>) -> Error {
         let key = key.as_str().to_owned();
         match entry {
@@ -299,6 +420,10 @@ impl NaiveLock {
 
     fn release_owner(&self, key: &LockKey, owner: u64) -> Result<()> {
         let mut t = self.table();
+        if t.member(key, owner).is_some() {
+            t.forget_member(key, owner);
+            return Ok(());
+        }
         let entry = t.live(key);
         if self.flaw == Flaw::ReleaseDeletesAnyHolder && entry.is_some() {
             t.entries.remove(key);
@@ -315,8 +440,12 @@ impl NaiveLock {
 
     fn extend_owner(&self, key: &LockKey, owner: u64, ttl: Duration) -> Result<Instant> {
         let mut t = self.table();
-        let entry = t.live(key);
         let deadline = dlock_core::driver::saturating_add(Instant::now(), ttl);
+        if let Some(m) = t.member(key, owner) {
+            m.deadline = deadline;
+            return Ok(deadline);
+        }
+        let entry = t.live(key);
         match entry {
             Some(e) if e.owner == owner => {
                 t.entries.insert(key.clone(), Entry { owner, deadline });
@@ -331,7 +460,8 @@ impl NaiveLock {
     }
 
     fn owns(&self, key: &LockKey, owner: u64) -> bool {
-        self.table().live(key).is_some_and(|e| e.owner == owner)
+        let mut t = self.table();
+        t.member(key, owner).is_some() || t.live(key).is_some_and(|e| e.owner == owner)
     }
 
     /// The guard of a grant whose request was sent at `sent`.
@@ -439,6 +569,27 @@ impl Lock for NaiveLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Strict, false, Waiting::Polled, Duration::from_millis(1))
+            .with_read_write()
+            .with_semaphores()
+    }
+
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
+        self.traced(key, opts, Claim::Read).await
+    }
+
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
+        self.traced(key, opts, Claim::Write).await
+    }
+
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<NaiveGuard> {
+        dlock_core::driver::check_permits(count, limit)?;
+        self.traced(key, opts, Claim::Permits { count, limit }).await
     }
 
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
@@ -462,10 +613,23 @@ impl Lock for NaiveLock {
 }
 
 impl NaiveLock {
+    async fn traced(&self, key: &LockKey, opts: AcquireOptions, claim: Claim) -> Result<NaiveGuard> {
+        if self.flaw == Flaw::Silent {
+            return self.take(key, opts, Some(claim)).await;
+        }
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(key, opts, Some(claim))).await
+    }
+
     async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
+        self.take(key, opts, None).await
+    }
+
+    /// A mutex (`claim` `None`), read-write or semaphore acquire.
+    async fn take(&self, key: &LockKey, opts: AcquireOptions, claim: Option<Claim>) -> Result<NaiveGuard> {
         self.check_up()?;
         let started = Instant::now();
-        if let Some((owner, token, _)) = self.attempt(key, opts.ttl).await? {
+        let waiting = opts.wait != Wait::No;
+        if let Some((owner, token, _)) = self.attempt(key, opts.ttl, claim, waiting).await? {
             return Ok(self.guard(key, owner, token, started, opts));
         }
         let deadline = match opts.wait {
@@ -481,7 +645,7 @@ impl NaiveLock {
         if self.flaw != Flaw::Silent {
             dlock_core::trace::queued();
         }
-        if self.flaw == Flaw::CancelLeavesHeld {
+        if self.flaw == Flaw::CancelLeavesHeld && claim.is_none() {
             // The bug: the polling runs in a detached task that outlives us.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (me, k) = (self.clone(), key.clone());
@@ -504,7 +668,7 @@ impl NaiveLock {
         }
         loop {
             let sent = Instant::now();
-            if let Some((owner, token, _)) = self.attempt(key, opts.ttl).await? {
+            if let Some((owner, token, _)) = self.attempt(key, opts.ttl, claim, waiting).await? {
                 return Ok(self.guard(key, owner, token, sent, opts));
             }
             if Instant::now() >= deadline {
@@ -646,10 +810,23 @@ impl LockFactory for NaiveFactory {
         let mut t = self.backend.table();
         let now = Instant::now();
         t.entries.retain(|_, e| e.deadline > now);
-        Ok(t.entries
+        for f in t.family.values_mut() {
+            f.holders.retain(|m| m.deadline > now);
+        }
+        let held = t
+            .family
+            .iter()
+            .filter(|(_, f)| !f.holders.is_empty())
+            .map(|((_, k), _)| k);
+        let mut keys: Vec<String> = t
+            .entries
             .keys()
+            .chain(held)
             .filter(|k| k.as_str().starts_with(namespace))
             .map(|k| k.as_str().to_owned())
-            .collect())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
     }
 }

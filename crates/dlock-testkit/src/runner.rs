@@ -64,6 +64,13 @@ macro_rules! __with_scenarios {
             huge_durations_are_safe,
             acquire_all_is_all_or_nothing,
             acquire_all_is_lost_with_its_ttl,
+            read_write_readers_share_writers_exclude,
+            read_write_waiting_writer_not_starved,
+            read_write_expired_reader_lets_the_writer_in,
+            semaphore_admits_up_to_its_limit,
+            semaphore_never_over_admits,
+            semaphore_expired_permit_passes_on,
+            unoffered_primitives_are_refused,
             cancelled_acquire_in_flight_leaves_nothing,
             failed_release_is_not_ok,
             unreachable_backend_is_unavailable,
@@ -123,6 +130,13 @@ pub fn skip_reason(name: &str, caps: Capabilities, breaks_links: bool) -> Option
         "fifo_waiters" if !caps.fifo => Some("the backend does not promise FIFO"),
         "tokens_increase_across_clients" | "fenced_stale_write_rejected" if !caps.fences() => {
             Some("the backend gives no fencing tokens")
+        }
+        n if n.starts_with("read_write_") && !caps.read_write => {
+            Some("the backend offers no read-write locks")
+        }
+        n if n.starts_with("semaphore_") && !caps.semaphores => Some("the backend offers no semaphores"),
+        "unoffered_primitives_are_refused" if caps.read_write && caps.semaphores => {
+            Some("the backend offers every primitive")
         }
         n if !breaks_links && LINK_SCENARIOS.contains(&n) => Some(
             "the factory breaks no links (an in-process backend, or a client that finds its servers itself)",
@@ -410,9 +424,15 @@ mod tests {
             "fifo_waiters",
             "tokens_increase_across_clients",
             "fenced_stale_write_rejected",
+            "unoffered_primitives_are_refused",
         ]) {
             assert!(names.contains(name), "{name} is not a scenario");
         }
+        let family = names
+            .iter()
+            .filter(|n| n.starts_with("read_write_") || n.starts_with("semaphore_"))
+            .count();
+        assert_eq!(family, 6, "the read-write and semaphore scenarios go by their prefixes");
         let none = Capabilities::new(
             dlock_core::Fencing::None,
             false,
@@ -423,6 +443,6 @@ mod tests {
             .iter()
             .filter(|n| skip_reason(n, none, false).is_some())
             .collect();
-        assert_eq!(skipped.len(), 3 + LINK_SCENARIOS.len(), "{skipped:?}");
+        assert_eq!(skipped.len(), 3 + family + LINK_SCENARIOS.len(), "{skipped:?}");
     }
 }

@@ -60,4 +60,5 @@ dlock_testkit::conformance_tests!(factory, skip: [
     unreachable_backend_is_unavailable,
     failed_release_is_not_ok,
     dead_link_fires_lost_in_time,
+    unoffered_primitives_are_refused,
 ]);

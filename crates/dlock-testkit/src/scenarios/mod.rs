@@ -6,7 +6,7 @@
 //! backend's shortest TTL, and leaves nothing behind: the runner checks the
 //! namespace after each one.
 //!
-//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links`, `multi`, `trace` (all
+//! By topic: `basics`, `exclusion`, `fencing`, `expiry`, `cleanup`, `links`, `multi`, `read_write`, `semaphore`, `trace` (all
 //! re-exported here). The one list of scenarios, which makes both the test
 //! functions and the runner's table, is `__with_scenarios!` in the runner.
 
@@ -25,6 +25,8 @@ mod expiry;
 mod fencing;
 mod links;
 mod multi;
+mod read_write;
+mod semaphore;
 mod trace;
 
 pub use basics::*;
@@ -34,6 +36,8 @@ pub use expiry::*;
 pub use fencing::*;
 pub use links::*;
 pub use multi::*;
+pub use read_write::*;
+pub use semaphore::*;
 pub use trace::*;
 
 /// Timings a scenario uses, scaled from the backend's shortest TTL with
