@@ -5,16 +5,11 @@ use std::time::{Duration, Instant};
 
 use dlock_core::driver::{Drift, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
-use tokio::task::JoinHandle;
 
 use crate::error::BACKEND;
 use crate::protocol;
-use crate::session::Session;
+use crate::session::{Session, Watching};
 use dlock_core::trace::{self, why};
-
-/// How long a guard holds before it watches its own node (for someone
-/// else deleting it).
-const WATCH_AFTER: Duration = Duration::from_millis(50);
 
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
 ///
@@ -30,7 +25,7 @@ const WATCH_AFTER: Duration = Duration::from_millis(50);
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct ZkGuard {
     key: LockKey,
-    path: String,
+    path: Arc<str>,
     czxid: i64,
     session: Arc<Session>,
     lost: LostSignal,
@@ -38,7 +33,8 @@ pub struct ZkGuard {
     /// The guard's own TTL, without auto-extend (the session's deadline
     /// is the session's).
     own_ttl: Option<Arc<Validity>>,
-    keeper: JoinHandle<()>,
+    /// Its place among the session's watched guards.
+    watching: Watching,
     released: bool,
 }
 
@@ -52,43 +48,8 @@ impl ZkGuard {
     ) -> Self {
         let (trigger, lost) = LostSignal::pair();
         let own_ttl = (!opts.auto_extend).then(|| Validity::new(Instant::now(), opts.ttl, Drift::DEFAULT).0);
-        let keeper = {
-            let (session_lost, trigger, own) = (session.lost(), trigger.clone(), own_ttl.clone());
-            let (session, path, key) = (Arc::clone(&session), path.clone(), key.clone());
-            tokio::spawn(async move {
-                // Boxed, so the idle guard task itself stays small. The
-                // watch on our node waits a little: a short hold (most
-                // holds) sends no request for it; a deletion is noticed at
-                // most that much later.
-                let deleted = Box::pin(async {
-                    tokio::time::sleep(WATCH_AFTER).await;
-                    protocol::node_deleted(|| session.client().ok(), &path).await;
-                });
-                let out_of_time = Box::pin(session.out_of_time());
-                let own_ttl = Box::pin(async {
-                    match own {
-                        Some(v) => v.ran_out().await,
-                        None => std::future::pending().await,
-                    }
-                });
-                let (give_up, why) = tokio::select! {
-                    // Expired: the server deleted the node.
-                    () = session_lost.wait() => (false, why::SESSION_ENDED),
-                    // Someone deleted the node.
-                    () = deleted => (false, why::DELETED),
-                    // The server may have expired the session and granted
-                    // the lock to someone else; if the session survives,
-                    // the node must go.
-                    () = out_of_time => (true, why::SESSION_SILENT),
-                    // The guard's own TTL ran out: give the lock up.
-                    () = own_ttl => (true, why::DEADLINE),
-                };
-                lose(&trigger, &key, why);
-                if give_up {
-                    delete_in_background(&session, path);
-                }
-            })
-        };
+        let path: Arc<str> = path.into();
+        let watching = session.watch(&trigger, &key, Arc::clone(&path), own_ttl.clone());
         ZkGuard {
             key,
             path,
@@ -97,7 +58,7 @@ impl ZkGuard {
             lost,
             trigger,
             own_ttl,
-            keeper,
+            watching,
             released: false,
         }
     }
@@ -177,6 +138,7 @@ impl Guard for ZkGuard {
                 return Err(lost());
             }
             v.renewed(sent, ttl);
+            self.watching.moved();
         }
         Ok(())
     }
@@ -194,7 +156,6 @@ impl Guard for ZkGuard {
     /// Dropping the future drops the guard, whose `Drop` deletes the node in
     /// the background.
     async fn release(mut self) -> Result<()> {
-        self.keeper.abort();
         let result = self.delete_node().await;
         trace::release_result(BACKEND, &self.key, self.token(), result)
     }
@@ -217,9 +178,11 @@ fn lose(trigger: &LostTrigger, key: &LockKey, why: &'static str) {
 
 impl Drop for ZkGuard {
     fn drop(&mut self) {
-        self.keeper.abort();
+        // Its slot in the session's task goes with the task's next look;
+        // the signal fires now.
+        self.trigger.fire();
         if !self.released {
-            delete_in_background(&self.session, std::mem::take(&mut self.path));
+            delete_in_background(&self.session, self.path.to_string());
         }
     }
 }

@@ -10,7 +10,7 @@ use zookeeper_client::Acls;
 use crate::config::{ZkAcl, ZkConfig};
 use crate::error::BACKEND;
 use crate::guard::{ZkGuard, delete_in_background};
-use crate::protocol;
+use crate::protocol::{self, Recipe};
 use crate::session::Session;
 use dlock_core::driver::OnDrop;
 
@@ -150,11 +150,15 @@ impl ZkLock {
         }
         // A deeper segment is a child node of the lock directory above it:
         // named like a lock node, it would count as a contender there.
-        if let Some(s) = name.split('/').skip(1).find(|s| s.contains(protocol::LOCK_NAME)) {
+        let infixes = [protocol::LOCK_NAME, protocol::READ_NAME, protocol::WRITE_NAME];
+        if let Some((s, infix)) = name
+            .split('/')
+            .skip(1)
+            .find_map(|s| infixes.iter().find(|i| s.contains(*i)).map(|i| (s, i)))
+        {
             return Err(Error::InvalidKey {
                 reason: format!(
-                    "{name:?} has the path segment {s:?}: under another lock's directory it would look like a contender ({:?})",
-                    protocol::LOCK_NAME
+                    "{name:?} has the path segment {s:?}: under another lock's directory it would look like a contender ({infix:?})"
                 ),
             });
         }
@@ -307,7 +311,7 @@ impl Lock for ZkLock {
             .ok()
             .and_then(|s| s.timeout())
             .unwrap_or(self.inner.config.session_timeout);
-        Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout)
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout).with_read_write()
     }
 
     /// See [`Lock::acquire`]: Curator's recipe (see the crate docs).
@@ -326,12 +330,46 @@ impl Lock for ZkLock {
     /// by uuid if the create's reply was not seen); session expiry is the
     /// backstop.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Mutex, key, opts)).await
+    }
+
+    /// See [`Lock::acquire_read`]: Curator's `InterProcessReadWriteLock`,
+    /// reading (a `_c_{uuid}-__READ__{sequence}` node in the name's
+    /// directory; it holds when no writer's node comes before it, and
+    /// watches the first writer's). Curator clients and this crate exclude
+    /// each other. The token is the node's `czxid`.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Read, key, opts)).await
+    }
+
+    /// See [`Lock::acquire_write`]: Curator's `InterProcessReadWriteLock`,
+    /// writing (a `_c_{uuid}-__WRIT__{sequence}` node; it holds when first
+    /// among readers' and writers' nodes, and watches its immediate
+    /// predecessor).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Write, key, opts)).await
     }
 }
 
 impl ZkLock {
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
+    /// Takes `key` by `recipe`'s node.
+    async fn take(&self, recipe: Recipe, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
         let started = Instant::now();
         let dir = self.lock_path(key)?;
         let session = self.session().await?;
@@ -347,12 +385,12 @@ impl ZkLock {
         });
         let sent = Instant::now();
         let (name, czxid) =
-            protocol::create(&client, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
+            protocol::create(&client, recipe, &dir, &uuid, &self.data(), self.acls(), timeout).await?;
         session.answered(sent);
         *cleanup.state_mut() = Some(name.clone());
         let path = format!("{dir}/{name}");
         let waited = match opts.wait {
-            Wait::No => match protocol::place(&client, &dir, &name, timeout).await? {
+            Wait::No => match protocol::place(&client, recipe, &dir, &name, timeout).await? {
                 protocol::Place::First => Ok(sent),
                 protocol::Place::Gone => Err(Error::Lost {
                     key: key.as_str().to_owned(),
@@ -364,7 +402,7 @@ impl ZkLock {
             Wait::For(d) => {
                 match tokio::time::timeout_at(
                     dlock_core::driver::saturating_add(started, d).into(),
-                    protocol::wait_first(&client, &dir, &name, key.as_str(), timeout),
+                    protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout),
                 )
                 .await
                 {
@@ -372,7 +410,7 @@ impl ZkLock {
                     Err(_) => return Err(timed_out(&client, &path, timeout, cleanup, key).await),
                 }
             }
-            Wait::Forever => protocol::wait_first(&client, &dir, &name, key.as_str(), timeout).await,
+            Wait::Forever => protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout).await,
         };
         // Only writes and syncs (answered through the leader) move the
         // session's deadline; the create did, above. A read answered by a

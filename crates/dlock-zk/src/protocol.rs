@@ -26,6 +26,47 @@ use crate::error::{BACKEND, map_err};
 
 /// The infix between uuid and sequence in Curator's lock node names.
 pub(crate) const LOCK_NAME: &str = "-lock-";
+/// Curator's `InterProcessReadWriteLock` names: a reader's and a writer's
+/// node, `_c_{uuid}-__READ__{sequence}` and `_c_{uuid}-__WRIT__{sequence}`,
+/// side by side under one directory.
+pub(crate) const READ_NAME: &str = "__READ__";
+pub(crate) const WRITE_NAME: &str = "__WRIT__";
+
+/// Which of Curator's recipes a node belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recipe {
+    /// `InterProcessMutex`.
+    Mutex,
+    /// `InterProcessReadWriteLock`, reading.
+    Read,
+    /// `InterProcessReadWriteLock`, writing.
+    Write,
+}
+
+impl Recipe {
+    /// What follows `_c_{uuid}` in our node's name, before the sequence.
+    fn infix(self) -> &'static str {
+        match self {
+            Recipe::Mutex => LOCK_NAME,
+            Recipe::Read => "-__READ__",
+            Recipe::Write => "-__WRIT__",
+        }
+    }
+
+    /// The sequence of `name` if it is a contender of this recipe's
+    /// directory (a reader's and a writer's nodes are contenders of the
+    /// same read-write lock, sorted by their shared sequence).
+    fn sequence(self, name: &str) -> Option<i64> {
+        let seq = match self {
+            Recipe::Mutex => name.rsplit_once(LOCK_NAME)?.1,
+            Recipe::Read | Recipe::Write => {
+                let at = name.rfind(READ_NAME).or_else(|| name.rfind(WRITE_NAME))?;
+                &name[at + READ_NAME.len()..]
+            }
+        };
+        seq.parse().ok()
+    }
+}
 
 /// Runs one request with the request timeout; a timeout is
 /// [`Error::Unavailable`].
@@ -42,16 +83,22 @@ pub(crate) async fn bounded<T>(
     }
 }
 
-/// The sequence number of a lock node name, if it is one.
+/// The sequence number of a lock node name (of any recipe), if it is one.
 pub(crate) fn sequence(name: &str) -> Option<i64> {
-    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-    seq.parse().ok()
+    Recipe::Mutex
+        .sequence(name)
+        .or_else(|| Recipe::Read.sequence(name))
 }
 
-/// The lock nodes among `children`, in sequence order.
-pub(crate) fn contenders(mut children: Vec<String>) -> Vec<String> {
-    children.retain(|c| sequence(c).is_some());
-    children.sort_by_key(|c| sequence(c).unwrap_or(i64::MAX));
+/// The mutex's lock nodes among `children`, in sequence order.
+pub(crate) fn contenders(children: Vec<String>) -> Vec<String> {
+    contenders_of(Recipe::Mutex, children)
+}
+
+/// `recipe`'s nodes among `children`, in sequence order.
+pub(crate) fn contenders_of(recipe: Recipe, mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| recipe.sequence(c).is_some());
+    children.sort_by_key(|c| recipe.sequence(c).unwrap_or(i64::MAX));
     children
 }
 
@@ -59,13 +106,15 @@ pub(crate) fn contenders(mut children: Vec<String>) -> Vec<String> {
 /// node's name and its `czxid`.
 pub(crate) async fn create(
     client: &Client,
+    recipe: Recipe,
     dir: &str,
     uuid: &str,
     data: &[u8],
     acls: Acls<'static>,
     timeout: Duration,
 ) -> Result<(String, i64)> {
-    let prefix = format!("{dir}/_c_{uuid}{LOCK_NAME}");
+    let infix = recipe.infix();
+    let prefix = format!("{dir}/_c_{uuid}{infix}");
     for _ in 0..5 {
         let created = tokio::time::timeout(
             timeout,
@@ -73,7 +122,7 @@ pub(crate) async fn create(
         )
         .await;
         match created {
-            Ok(Ok((stat, seq))) => return Ok((format!("_c_{uuid}{LOCK_NAME}{seq}"), stat.czxid)),
+            Ok(Ok((stat, seq))) => return Ok((format!("_c_{uuid}{infix}{seq}"), stat.czxid)),
             Ok(Err(zookeeper_client::Error::NoNode)) => {
                 let parents = CreateMode::Container.with_acls(Acls::anyone_all());
                 bounded(timeout, client.mkdir(dir, &parents)).await?;
@@ -107,7 +156,8 @@ pub(crate) async fn find_own(
         Ok(r) => r.map_err(map_err)?,
         Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
     };
-    let marker = format!("_c_{uuid}{LOCK_NAME}");
+    // The uuid is ours alone, whatever the recipe.
+    let marker = format!("_c_{uuid}-");
     for name in children.into_iter().filter(|c| c.starts_with(&marker)) {
         if let Some(stat) = bounded(timeout, client.check_stat(&format!("{dir}/{name}"))).await? {
             return Ok(Some((name, stat.czxid)));
@@ -126,14 +176,36 @@ pub(crate) enum Place {
     After(String),
 }
 
-/// Where our node `me` stands among the contenders of `dir`.
-pub(crate) async fn place(client: &Client, dir: &str, me: &str, timeout: Duration) -> Result<Place> {
-    let queue = contenders(bounded(timeout, client.list_children(dir)).await?);
-    Ok(match queue.iter().position(|c| c == me) {
-        None => Place::Gone,
-        Some(0) => Place::First,
-        Some(i) => Place::After(queue[i - 1].clone()),
-    })
+/// Where our node `me` stands among the contenders of `dir`: a mutex's or
+/// a writer's node holds when it is first and watches its immediate
+/// predecessor; a reader's holds when no writer's node comes before it, and
+/// watches the first writer's (Curator's `readLockPredicate`).
+pub(crate) async fn place(
+    client: &Client,
+    recipe: Recipe,
+    dir: &str,
+    me: &str,
+    timeout: Duration,
+) -> Result<Place> {
+    let queue = contenders_of(recipe, bounded(timeout, client.list_children(dir)).await?);
+    Ok(place_in(recipe, &queue, me))
+}
+
+/// [`place`] in a sorted queue.
+pub(crate) fn place_in(recipe: Recipe, queue: &[String], me: &str) -> Place {
+    let Some(mine) = queue.iter().position(|c| c == me) else {
+        return Place::Gone;
+    };
+    if recipe == Recipe::Read {
+        return match queue[..mine].iter().find(|c| c.contains(WRITE_NAME)) {
+            None => Place::First,
+            Some(writer) => Place::After(writer.clone()),
+        };
+    }
+    match mine {
+        0 => Place::First,
+        i => Place::After(queue[i - 1].clone()),
+    }
 }
 
 /// Waits until our node `me` is first under `dir`: watches the immediate
@@ -149,6 +221,7 @@ pub(crate) async fn place(client: &Client, dir: &str, me: &str, timeout: Duratio
 /// Cancel safe: dropping it drops the watch.
 pub(crate) async fn wait_first(
     client: &Client,
+    recipe: Recipe,
     dir: &str,
     me: &str,
     key: &str,
@@ -157,7 +230,7 @@ pub(crate) async fn wait_first(
     let mut queued = false;
     loop {
         let sent = std::time::Instant::now();
-        match place(client, dir, me, timeout).await? {
+        match place(client, recipe, dir, me, timeout).await? {
             Place::First => return Ok(sent),
             Place::Gone => return Err(Error::Lost { key: key.to_owned() }),
             Place::After(predecessor) => {
@@ -324,6 +397,47 @@ pub(crate) async fn node_deleted(client: impl Fn() -> Option<Client>, path: &str
 mod tests {
     use super::*;
 
+    /// Curator's read-write predicates: a writer must be first; a reader
+    /// holds unless a writer comes before it, and then watches the first.
+    #[test]
+    fn read_write_places_follow_curator() {
+        let queue = contenders_of(
+            Recipe::Read,
+            vec![
+                "_c_w2-__WRIT__0000000004".to_owned(),
+                "_c_r1-__READ__0000000001".to_owned(),
+                "_c_m-lock-0000000000".to_owned(),
+                "_c_r2-__READ__0000000002".to_owned(),
+                "_c_w1-__WRIT__0000000003".to_owned(),
+                "_c_r3-__READ__0000000005".to_owned(),
+            ],
+        );
+        assert_eq!(queue.len(), 5, "a mutex node is not a read-write contender");
+        let first = |p: Place| matches!(p, Place::First);
+        let after = |p: Place| match p {
+            Place::After(n) => n,
+            _ => String::new(),
+        };
+        assert!(first(place_in(Recipe::Read, &queue, "_c_r1-__READ__0000000001")));
+        assert!(first(place_in(Recipe::Read, &queue, "_c_r2-__READ__0000000002")));
+        assert_eq!(
+            after(place_in(Recipe::Write, &queue, "_c_w1-__WRIT__0000000003")),
+            "_c_r2-__READ__0000000002"
+        );
+        assert_eq!(
+            after(place_in(Recipe::Write, &queue, "_c_w2-__WRIT__0000000004")),
+            "_c_w1-__WRIT__0000000003"
+        );
+        assert_eq!(
+            after(place_in(Recipe::Read, &queue, "_c_r3-__READ__0000000005")),
+            "_c_w1-__WRIT__0000000003"
+        );
+        assert!(matches!(
+            place_in(Recipe::Read, &queue, "_c_gone-__READ__0000000009"),
+            Place::Gone
+        ));
+    }
+
     #[test]
     fn sorts_curator_names_by_sequence() {
         let names = vec![
@@ -341,6 +455,8 @@ mod tests {
             ]
         );
         assert_eq!(sequence("_c_x-lock-0000000042"), Some(42));
+        assert_eq!(sequence("_c_x-__READ__0000000043"), Some(43));
+        assert_eq!(sequence("_c_x-__WRIT__0000000044"), Some(44));
         assert_eq!(sequence("lock-x"), None);
     }
 }

@@ -1,12 +1,19 @@
 //! A ZooKeeper session: the client, its state, and the signal that fires
 //! when the session ends.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::Drift;
-use dlock_core::{Error, LostSignal, LostTrigger, Result};
+use dlock_core::driver::{Drift, Validity, saturating_add};
+use dlock_core::trace::why;
+use dlock_core::{Error, LockKey, LostSignal, LostTrigger, Result};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
 use zookeeper_client::{Client, SessionState};
 
@@ -40,13 +47,15 @@ pub(crate) struct Session {
     signal: LostSignal,
     /// Send time of the last request the server answered.
     heard: Mutex<Instant>,
-    /// Wakes the heartbeat (on reconnection) and the guards (on news).
+    /// Wakes the heartbeat (on reconnection).
     news: Arc<tokio::sync::Notify>,
     timeout: Duration,
     pub(crate) request_timeout: Duration,
     /// The handle's: set when it is abandoned (then nothing more is sent).
     abandoned: Arc<AtomicBool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The guards on this session, watched by one task.
+    watched: Arc<Watched>,
 }
 
 impl Session {
@@ -71,8 +80,14 @@ impl Session {
             request_timeout: config.request_timeout,
             abandoned,
             tasks: Mutex::new(Vec::new()),
+            watched: Arc::default(),
         });
         let states = tokio::spawn(watch_states(client.state_watcher(), Arc::downgrade(&session)));
+        let guards = tokio::spawn(watch_guards(
+            Arc::downgrade(&session),
+            Arc::clone(&session.watched),
+            session.lost(),
+        ));
         // The heartbeat holds no client of its own: an abandoned handle must
         // drop its connection.
         drop(client);
@@ -81,7 +96,7 @@ impl Session {
             .tasks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .extend([states, heartbeat]);
+            .extend([states, heartbeat, guards]);
         Ok(session)
     }
 
@@ -98,31 +113,6 @@ impl Session {
     pub(crate) fn deadline(&self) -> Instant {
         let heard = *self.heard.lock().unwrap_or_else(PoisonError::into_inner);
         SESSION_DRIFT.deadline(heard, self.timeout)
-    }
-
-    /// Resolves when the session's deadline has passed (it may have expired
-    /// on the server), or it ended.
-    pub(crate) async fn out_of_time(&self) {
-        loop {
-            if !self.alive() {
-                return;
-            }
-            let at = self.deadline();
-            if at <= Instant::now() {
-                return;
-            }
-            let news = self.news.notified();
-            // Re-read after arming: an answer in between moved the deadline.
-            if self.deadline() != at {
-                continue;
-            }
-            let ended = self.signal.clone();
-            tokio::select! {
-                () = tokio::time::sleep_until(at.into()) => {}
-                () = news => {}
-                () = ended.wait() => return,
-            }
-        }
     }
 
     /// A handle on the client for one call.
@@ -172,6 +162,305 @@ impl Session {
     /// Drops this handle's client without closing the session, as a crash.
     pub(crate) fn abandon(&self) {
         self.client.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+impl Session {
+    /// Watches a guard's node until [`Watching`] is dropped: its `trigger`
+    /// fires (reporting `lost` for `key`) when the session ends, when its
+    /// deadline passes (then the node is deleted if the session lives on),
+    /// when someone deletes the node (watched from [`WATCH_AFTER`] after
+    /// now on), or when `own_ttl` runs out (the node is deleted). At once
+    /// if the session already ended or is out of time.
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        trigger: &LostTrigger,
+        key: &LockKey,
+        path: Arc<str>,
+        own_ttl: Option<Arc<Validity>>,
+    ) -> Watching {
+        let watched = Arc::clone(&self.watched);
+        let id = watched.next.fetch_add(1, Ordering::Relaxed);
+        let entry = Entry {
+            trigger: trigger.clone(),
+            key: key.clone(),
+            path,
+            own_ttl,
+            watch_at: saturating_add(Instant::now(), WATCH_AFTER),
+            watching: false,
+        };
+        let mut state = watched.state();
+        if let Some(why) = state
+            .over
+            .or_else(|| (!self.connected_in_time()).then_some(why::SESSION_SILENT))
+        {
+            drop(state);
+            let give_up = why != why::SESSION_ENDED;
+            entry.lose(why);
+            if give_up && self.alive() {
+                crate::guard::delete_in_background(self, entry.path.to_string());
+            }
+            return Watching { watched, id };
+        }
+        let wake = entry.wake();
+        state.inbox.push(Msg::Add(id, entry));
+        let tell = state.looks_by.is_none_or(|at| wake < at) || state.inbox.len() == COMPACT;
+        if tell {
+            state.looks_by = Some(Instant::now());
+        }
+        drop(state);
+        if tell {
+            watched.notify.notify_one();
+        }
+        Watching { watched, id }
+    }
+
+    /// Within the session's deadline and not ended (connected or not).
+    fn connected_in_time(&self) -> bool {
+        self.alive() && Instant::now() < self.deadline()
+    }
+}
+
+/// How long a guard holds before its node is watched (for someone else
+/// deleting it): a short hold (most holds) sends no request for it; a
+/// deletion is noticed at most that much later.
+pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(50);
+
+/// The inbox size at which the task is told to look anyway.
+const COMPACT: usize = 64;
+
+/// The guards on one session and the inbox of their task; the task is
+/// told only when it must act before its next look (as the core's
+/// `Keeper` is): a guard released within [`WATCH_AFTER`] costs it no
+/// wake-up.
+#[derive(Default)]
+pub(crate) struct Watched {
+    state: Mutex<WatchState>,
+    notify: tokio::sync::Notify,
+    next: AtomicU64,
+}
+
+#[derive(Default)]
+struct WatchState {
+    inbox: Vec<Msg>,
+    /// When the task looks at the inbox without being told.
+    looks_by: Option<Instant>,
+    /// The session ended (why): a new guard is lost at once.
+    over: Option<&'static str>,
+}
+
+impl Watched {
+    fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn post(&self, msg: Msg, urgent: bool) {
+        let mut state = self.state();
+        if state.over.is_some() {
+            return;
+        }
+        state.inbox.push(msg);
+        if urgent || state.inbox.len() == COMPACT {
+            state.looks_by = Some(Instant::now());
+            drop(state);
+            self.notify.notify_one();
+        }
+    }
+}
+
+enum Msg {
+    Add(u64, Entry),
+    Remove(u64),
+    Moved(u64),
+}
+
+struct Entry {
+    trigger: LostTrigger,
+    key: LockKey,
+    path: Arc<str>,
+    own_ttl: Option<Arc<Validity>>,
+    watch_at: Instant,
+    /// Its node's deletion watch was started.
+    watching: bool,
+}
+
+impl Entry {
+    fn wake(&self) -> Instant {
+        let ttl = self.own_ttl.as_ref().map(|v| v.deadline());
+        match (self.watching, ttl) {
+            (false, Some(t)) => t.min(self.watch_at),
+            (false, None) => self.watch_at,
+            (true, Some(t)) => t,
+            (true, None) => saturating_add(Instant::now(), LONGEST_SLEEP),
+        }
+    }
+
+    fn lose(&self, why: &'static str) {
+        dlock_core::driver::lose(&self.trigger, BACKEND, &self.key, why);
+    }
+}
+
+/// A guard's place among its session's watched guards; dropping it
+/// leaves (the slot goes with the task's next look).
+pub(crate) struct Watching {
+    watched: Arc<Watched>,
+    id: u64,
+}
+
+impl Watching {
+    /// The guard's own deadline moved (a confirmed extend): the task looks
+    /// again now, so a deadline moved earlier is kept too.
+    pub(crate) fn moved(&self) {
+        self.watched.post(Msg::Moved(self.id), true);
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.watched.post(Msg::Remove(self.id), false);
+    }
+}
+
+/// The longest the guards' task sleeps before it looks again.
+const LONGEST_SLEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The guards' slots by wake time (a heap with lazy deletion).
+#[derive(Default)]
+struct Slots {
+    entries: HashMap<u64, (Instant, Entry)>,
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+}
+
+impl Slots {
+    fn schedule(&mut self, id: u64, entry: Entry) {
+        let at = entry.wake();
+        self.entries.insert(id, (at, entry));
+        self.heap.push(Reverse((at, id)));
+        if self.heap.len() > 2 * self.entries.len() + COMPACT {
+            self.heap = self
+                .entries
+                .iter()
+                .map(|(id, (at, _))| Reverse((*at, *id)))
+                .collect();
+        }
+    }
+
+    fn take(&mut self, id: u64) -> Option<Entry> {
+        self.entries.remove(&id).map(|(_, entry)| entry)
+    }
+
+    fn next_wake(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, id))) = self.heap.peek() {
+            if self.entries.get(&id).is_some_and(|(live, _)| *live == at) {
+                return Some(at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    fn due(&mut self, now: Instant) -> Option<(u64, Entry)> {
+        let at = self.next_wake()?;
+        if at > now {
+            return None;
+        }
+        let Reverse((_, id)) = self.heap.pop()?;
+        self.take(id).map(|entry| (id, entry))
+    }
+}
+
+type Deletion = Pin<Box<dyn Future<Output = u64> + Send>>;
+
+/// The guards' task: one per session. Fires every guard when the session
+/// ends or runs out of time; a guard when its node is deleted or its own
+/// TTL runs out. Holds the session weakly (it ends with it).
+async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: LostSignal) {
+    let mut slots = Slots::default();
+    let mut deletions: FuturesUnordered<Deletion> = FuturesUnordered::new();
+    loop {
+        let Some(s) = session.upgrade() else {
+            return;
+        };
+        let inbox = std::mem::take(&mut watched.state().inbox);
+        for msg in inbox {
+            match msg {
+                Msg::Add(id, entry) => slots.schedule(id, entry),
+                Msg::Remove(id) => drop(slots.take(id)),
+                Msg::Moved(id) => {
+                    if let Some(entry) = slots.take(id) {
+                        slots.schedule(id, entry);
+                    }
+                }
+            }
+        }
+        if !s.alive() {
+            let mut state = watched.state();
+            state.over = Some(why::SESSION_ENDED);
+            let inbox = std::mem::take(&mut state.inbox);
+            drop(state);
+            for msg in inbox {
+                if let Msg::Add(id, entry) = msg {
+                    slots.schedule(id, entry);
+                }
+            }
+            for (_, entry) in slots.entries.into_values() {
+                entry.lose(why::SESSION_ENDED);
+            }
+            return;
+        }
+        let now = Instant::now();
+        let in_time = now < s.deadline();
+        if !in_time {
+            // The server may have expired the session and granted the
+            // locks elsewhere: every node must go, if the session lives on.
+            // (Until it is heard from again, a new guard is fired at once.)
+            for (_, entry) in std::mem::take(&mut slots).entries.into_values() {
+                entry.lose(why::SESSION_SILENT);
+                crate::guard::delete_in_background(&s, entry.path.to_string());
+            }
+        }
+        while let Some((id, mut entry)) = slots.due(now) {
+            if entry.own_ttl.as_ref().is_some_and(|v| v.deadline() <= now) {
+                entry.lose(why::DEADLINE);
+                crate::guard::delete_in_background(&s, entry.path.to_string());
+                continue;
+            }
+            if !entry.watching && entry.watch_at <= now {
+                entry.watching = true;
+                let (session, path) = (session.clone(), Arc::clone(&entry.path));
+                deletions.push(Box::pin(async move {
+                    let client = || session.upgrade().and_then(|s| s.client().ok());
+                    crate::protocol::node_deleted(client, &path).await;
+                    id
+                }));
+            }
+            slots.schedule(id, entry);
+        }
+        let next = if !in_time {
+            // Heard from again? Look every tenth of the session.
+            saturating_add(now, (s.timeout / 10).max(Duration::from_millis(20)))
+        } else {
+            s.deadline()
+        };
+        let next = slots.next_wake().map_or(next, |at| at.min(next));
+        drop(s);
+        {
+            let mut state = watched.state();
+            if !state.inbox.is_empty() {
+                continue;
+            }
+            state.looks_by = Some(next);
+        }
+        tokio::select! {
+            () = watched.notify.notified() => {}
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = ended.wait() => {}
+            Some(id) = deletions.next(), if !deletions.is_empty() => {
+                if let Some(entry) = slots.take(id) {
+                    entry.lose(why::DELETED);
+                }
+            }
+        }
     }
 }
 

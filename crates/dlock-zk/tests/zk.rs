@@ -38,6 +38,12 @@ async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
 /// Creates a lock node exactly as Curator's `InterProcessMutex` names it,
 /// through a plain ZooKeeper client.
 async fn curator_node(client: &Client, dir: &str) -> String {
+    curator_named(client, dir, "-lock-").await
+}
+
+/// Creates a node as Curator names it, with `infix` (`-lock-` for its
+/// mutex, `-__READ__` / `-__WRIT__` for its read-write lock).
+async fn curator_named(client: &Client, dir: &str, infix: &str) -> String {
     client
         .mkdir(dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
         .await
@@ -45,13 +51,13 @@ async fn curator_node(client: &Client, dir: &str) -> String {
     let uuid = uuid_like();
     let (_, seq) = client
         .create(
-            &format!("{dir}/_c_{uuid}-lock-"),
+            &format!("{dir}/_c_{uuid}{infix}"),
             b"curator",
             &CreateMode::EphemeralSequential.with_acls(Acls::anyone_all()),
         )
         .await
         .unwrap();
-    format!("{dir}/_c_{uuid}-lock-{seq}")
+    format!("{dir}/_c_{uuid}{infix}{seq}")
 }
 
 fn uuid_like() -> String {
@@ -380,6 +386,130 @@ async fn a_node_deleted_by_someone_else_fires_lost() {
         assert!(!g.is_held());
         assert!(matches!(g.release().await, Err(Error::Lost { .. })));
     }
+}
+
+/// A guard costs its session a slot, not a task: one task watches every
+/// guard of a session (their nodes' deletion, their own TTLs). Deleting one
+/// node fires that guard only; a guard without auto-extend gives its node up
+/// at its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_watches_every_guard_of_a_session() {
+    let f = common::ZkFactory::shared().await;
+    let lock = ZkLock::connect(f.config.clone()).await.unwrap();
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let server: SocketAddr = f.config.connect.split(',').next().unwrap().parse().unwrap();
+    let base = unique("watched");
+    // The session (and its tasks) exists first.
+    let warm = lock
+        .acquire(&key(&format!("{base}/warm")), AcquireOptions::default())
+        .await
+        .unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(
+            lock.acquire(&key(&format!("{base}/{i}")), AcquireOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let short = AcquireOptions::default()
+        .auto_extend(false)
+        .ttl(Duration::from_secs(2));
+    let timed = lock.acquire(&key(&format!("{base}/timed")), short).await.unwrap();
+    for g in &guards {
+        until("every guard to watch its node", async || {
+            watchers(server, g.node()).await == 1
+        })
+        .await;
+    }
+    let during = metrics.num_alive_tasks();
+    assert!(
+        during <= before,
+        "{before} tasks before 21 guards, {during} with them"
+    );
+    raw.delete(guards[7].node(), None).await.unwrap();
+    tokio::time::timeout(LIMIT, guards[7].lost().wait())
+        .await
+        .expect("lost() after its node was deleted");
+    tokio::time::timeout(LIMIT, timed.lost().wait())
+        .await
+        .expect("lost() after the guard's own TTL");
+    let node = timed.node().to_owned();
+    until("the timed-out guard's node to go", async || {
+        matches!(raw.check_stat(&node).await, Ok(None))
+    })
+    .await;
+    for (i, g) in guards.iter().chain([&warm]).enumerate() {
+        assert_eq!(g.lost().is_lost(), i == 7, "guard {i}");
+    }
+    for g in guards.into_iter().filter(|g| !g.lost().is_lost()) {
+        g.release().await.unwrap();
+    }
+}
+
+/// Our read-write lock and Curator's `InterProcessReadWriteLock` share one
+/// layout: nodes named as Curator names them (`_c_{uuid}-__WRIT__…`,
+/// `_c_{uuid}-__READ__…`) exclude ours and ours theirs, by Curator's rules
+/// (a writer must be first; a reader waits only for earlier writers), and
+/// our nodes are named as Curator would name them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_interoperates_with_curator_names() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let k = key(&unique("curator-rw"));
+    let dir = f.admin.lock_path(&k).unwrap();
+    let now = AcquireOptions::default().wait(Wait::No);
+    let opts = AcquireOptions::default().wait(Wait::For(LIMIT));
+    // A Curator writer holds: we can neither read nor write.
+    let writer = curator_named(&raw, &dir, "-__WRIT__").await;
+    assert!(matches!(
+        f.admin.acquire_read(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    assert!(matches!(
+        f.admin.acquire_write(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    // A read waiting behind it is granted when it goes.
+    let reading = {
+        let (lock, k) = (f.admin.clone(), k.clone());
+        tokio::spawn(async move { lock.acquire_read(&k, opts).await })
+    };
+    until("our reader to queue behind the Curator writer", async || {
+        raw.list_children(&dir).await.unwrap().len() == 2
+    })
+    .await;
+    raw.delete(&writer, None).await.unwrap();
+    let ours = reading.await.unwrap().unwrap();
+    let name = ours.node().rsplit('/').next().unwrap().to_owned();
+    let (uuid, seq) = name.strip_prefix("_c_").unwrap().split_once("-__READ__").unwrap();
+    assert_eq!(uuid.len(), 36, "{name}");
+    assert_eq!(seq.len(), 10, "{name}");
+    // A Curator reader beside ours (by Curator's rule it holds: no writer
+    // before it); a
+    // Curator writer then queues behind both, and a later reader of ours
+    // waits for that writer.
+    let their_reader = curator_named(&raw, &dir, "-__READ__").await;
+    let their_writer = curator_named(&raw, &dir, "-__WRIT__").await;
+    assert!(matches!(
+        f.admin.acquire_read(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    assert!(matches!(
+        f.admin.acquire_write(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    for node in [their_reader, their_writer] {
+        raw.delete(&node, None).await.unwrap();
+    }
+    let second = f.admin.acquire_read(&k, now).await.unwrap();
+    second.release().await.unwrap();
+    ours.release().await.unwrap();
+    let w = f.admin.acquire_write(&k, now).await.unwrap();
+    assert!(w.node().contains("-__WRIT__"), "{}", w.node());
+    w.release().await.unwrap();
 }
 
 /// How many sessions watch `path` (`wchp`: watches by path, each path
