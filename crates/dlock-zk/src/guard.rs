@@ -27,7 +27,7 @@ pub struct ZkGuard {
     key: LockKey,
     path: Arc<str>,
     czxid: i64,
-    session: Arc<Session>,
+    pub(crate) session: Arc<Session>,
     lost: LostSignal,
     trigger: LostTrigger,
     /// The guard's own TTL, without auto-extend (the session's deadline
@@ -35,7 +35,16 @@ pub struct ZkGuard {
     own_ttl: Option<Arc<Validity>>,
     /// Its place among the session's watched guards.
     watching: Watching,
+    /// A semaphore grant of several permits: the other leases (one node
+    /// per permit, as Curator takes them), each watched as the first is.
+    more: Vec<More>,
     released: bool,
+}
+
+struct More {
+    path: Arc<str>,
+    czxid: i64,
+    watching: Watching,
 }
 
 impl ZkGuard {
@@ -59,8 +68,32 @@ impl ZkGuard {
             trigger,
             own_ttl,
             watching,
+            more: Vec::new(),
             released: false,
         }
+    }
+
+    /// The same grant holds these nodes too (a semaphore's further
+    /// permits): each is watched as the first is, and released with it.
+    pub(crate) fn with_more(mut self, nodes: Vec<(String, i64)>) -> Self {
+        for (path, czxid) in nodes {
+            let path: Arc<str> = path.into();
+            let watching =
+                self.session
+                    .watch(&self.trigger, &self.key, Arc::clone(&path), self.own_ttl.clone());
+            self.more.push(More {
+                path,
+                czxid,
+                watching,
+            });
+        }
+        self
+    }
+
+    /// Every node this guard holds: the first, then a semaphore grant's
+    /// further leases.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(&*self.path).chain(self.more.iter().map(|m| &*m.path))
     }
 
     /// The lock node this guard holds (full path).
@@ -125,8 +158,12 @@ impl Guard for ZkGuard {
             Some(v) => Some(v.renewal().await),
             None => None,
         };
-        let ours =
+        let mut ours =
             protocol::still_ours(&client, &self.path, self.czxid, self.session.request_timeout).await?;
+        for m in &self.more {
+            ours =
+                ours && protocol::still_ours(&client, &m.path, m.czxid, self.session.request_timeout).await?;
+        }
         // The sync went through the leader: the session was heard then.
         self.session.answered(sent);
         if !ours {
@@ -139,6 +176,9 @@ impl Guard for ZkGuard {
             }
             v.renewed(sent, ttl);
             self.watching.moved();
+            for m in &self.more {
+                m.watching.moved();
+            }
         }
         Ok(())
     }
@@ -156,6 +196,11 @@ impl Guard for ZkGuard {
     /// Dropping the future drops the guard, whose `Drop` deletes the node in
     /// the background.
     async fn release(mut self) -> Result<()> {
+        // Our own delete is no loss.
+        self.watching.stop();
+        for m in &self.more {
+            m.watching.stop();
+        }
         let result = self.delete_node().await;
         trace::release_result(BACKEND, &self.key, self.token(), result)
     }
@@ -164,10 +209,20 @@ impl Guard for ZkGuard {
 impl ZkGuard {
     async fn delete_node(&mut self) -> Result<()> {
         let client = self.session.client()?;
-        let deleted = protocol::delete(&client, &self.path, self.session.request_timeout).await?;
-        self.released = true;
-        self.trigger.fire();
-        deleted.map_err(|r| r.into_error(&self.key))
+        let timeout = self.session.request_timeout;
+        if !self.released {
+            let deleted = protocol::delete(&client, &self.path, timeout).await?;
+            self.released = true;
+            self.trigger.fire();
+            deleted.map_err(|r| r.into_error(&self.key))?;
+        }
+        // Further leases; one that fails is left to `Drop`, with the rest.
+        while let Some(m) = self.more.last() {
+            let deleted = protocol::delete(&client, &m.path, timeout).await?;
+            self.more.pop();
+            deleted.map_err(|r| r.into_error(&self.key))?;
+        }
+        Ok(())
     }
 }
 
@@ -180,9 +235,16 @@ impl Drop for ZkGuard {
     fn drop(&mut self) {
         // Its slot in the session's task goes with the task's next look;
         // the signal fires now.
+        self.watching.stop();
+        for m in &self.more {
+            m.watching.stop();
+        }
         self.trigger.fire();
         if !self.released {
             delete_in_background(&self.session, self.path.to_string());
+        }
+        for m in self.more.drain(..) {
+            delete_in_background(&self.session, m.path.to_string());
         }
     }
 }

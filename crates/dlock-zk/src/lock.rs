@@ -311,7 +311,9 @@ impl Lock for ZkLock {
             .ok()
             .and_then(|s| s.timeout())
             .unwrap_or(self.inner.config.session_timeout);
-        Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout).with_read_write()
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout)
+            .with_read_write()
+            .with_semaphores()
     }
 
     /// See [`Lock::acquire`]: Curator's recipe (see the crate docs).
@@ -365,9 +367,145 @@ impl Lock for ZkLock {
     async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Write, key, opts)).await
     }
+
+    /// See [`Lock::acquire_permits`]: Curator's `InterProcessSemaphoreV2`.
+    /// While it waits, the acquire holds the mutex `{name}/locks` (so
+    /// waiters are served in order); it creates one lease
+    /// `{name}/leases/_c_{uuid}-lease-{sequence}` per permit and holds when
+    /// the leases directory has at most `limit` children (watching it
+    /// otherwise), then gives the mutex back. Curator clients with the same
+    /// limit and this crate share the count. The token is the first
+    /// lease's `czxid`.
+    ///
+    /// As in Curator, the count is of the leases directory's children:
+    /// a lock named `{name}/leases/…` would count as a lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
+    /// `1 <= count <= limit`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire): a dropped call deletes its leases
+    /// and its mutex node in the background.
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<ZkGuard> {
+        dlock_core::driver::check_permits(count, limit)?;
+        let take = self.take_permits(key, count, limit, opts);
+        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
+    }
 }
 
 impl ZkLock {
+    /// `count` leases of the semaphore `key`, at most `limit` in all.
+    async fn take_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<ZkGuard> {
+        let started = Instant::now();
+        let dir = self.lock_path(key)?;
+        let leases = format!("{dir}/{}", protocol::SEMAPHORE_LEASES);
+        let mutex_key = LockKey::new(format!("{}/{}", key.as_str(), protocol::SEMAPHORE_LOCKS))?;
+        let timed_out = || Error::Timeout {
+            key: key.as_str().to_owned(),
+        };
+        // The mutex is ours only while we wait: kept by the session.
+        let mutex = self
+            .take(Recipe::Mutex, &mutex_key, opts.auto_extend(true))
+            .await
+            .map_err(|e| match e {
+                Error::Timeout { .. } => timed_out(),
+                e => e,
+            })?;
+        let session = Arc::clone(&mutex.session);
+        let client = session.client()?;
+        let timeout = self.inner.config.request_timeout;
+        // Leases of an acquire that ends without a grant go (by uuid while
+        // a create's reply is not in).
+        let mut cleanup = OnDrop::new(Vec::<(String, Option<String>)>::new(), |made| {
+            for (uuid, name) in made {
+                match name {
+                    Some(name) => delete_in_background(&session, format!("{leases}/{name}")),
+                    None => delete_own_in_background(&session, leases.clone(), uuid),
+                }
+            }
+        });
+        let mut mine = Vec::new();
+        let mut czxids = Vec::new();
+        for _ in 0..count {
+            let uuid = uuid::Uuid::new_v4().to_string();
+            cleanup.state_mut().push((uuid.clone(), None));
+            let sent = Instant::now();
+            let (name, czxid) = protocol::create(
+                &client,
+                Recipe::Lease,
+                &leases,
+                &uuid,
+                &self.data(),
+                self.acls(),
+                timeout,
+            )
+            .await?;
+            session.answered(sent);
+            if let Some(last) = cleanup.state_mut().last_mut() {
+                last.1 = Some(name.clone());
+            }
+            mine.push(name);
+            czxids.push(czxid);
+        }
+        let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
+        loop {
+            match protocol::leases_fit(&client, &leases, &mine, limit, timeout).await? {
+                protocol::Fit::Yes => break,
+                protocol::Fit::Gone => {
+                    return Err(Error::Lost {
+                        key: key.as_str().to_owned(),
+                    });
+                }
+                protocol::Fit::No(watcher) => {
+                    if opts.wait == Wait::No {
+                        return Err(timed_out());
+                    }
+                    dlock_core::trace::queued();
+                    let changed = watcher.changed();
+                    match deadline {
+                        Some(at) => {
+                            if tokio::time::timeout_at(at.into(), changed).await.is_err() {
+                                return Err(timed_out());
+                            }
+                        }
+                        None => drop(changed.await),
+                    }
+                }
+            }
+        }
+        if !session.alive() {
+            return Err(Error::Lost {
+                key: key.as_str().to_owned(),
+            });
+        }
+        // Given back now; if that fails, its drop deletes it.
+        drop(dlock_core::Guard::release(mutex).await);
+        cleanup.disarm();
+        let mut nodes = mine
+            .into_iter()
+            .zip(czxids)
+            .map(|(name, czxid)| (format!("{leases}/{name}"), czxid));
+        let Some((first, czxid)) = nodes.next() else {
+            return Err(Error::InvalidConfig("a semaphore grant of no permits".to_owned()));
+        };
+        Ok(ZkGuard::new(key.clone(), first, czxid, session, opts).with_more(nodes.collect()))
+    }
+
     /// Takes `key` by `recipe`'s node.
     async fn take(&self, recipe: Recipe, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
         let started = Instant::now();

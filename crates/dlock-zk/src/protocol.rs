@@ -1,5 +1,15 @@
-//! The protocol: Apache Curator's `InterProcessMutex` recipe. Everything the
-//! driver does to ZooKeeper's tree is here.
+//! The protocol: Apache Curator's `InterProcessMutex`,
+//! `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` recipes.
+//! Everything the driver does to ZooKeeper's tree is here.
+//!
+//! Read-write lock `NAME`: `_c_{uuid}-__READ__{sequence}` and
+//! `_c_{uuid}-__WRIT__{sequence}` side by side in `{root}/NAME`, sorted by
+//! sequence; a writer holds when first and watches its predecessor, a reader
+//! holds when no writer comes before it and watches the first writer
+//! ([`place_in`]). Semaphore `NAME`: a waiter holds the mutex
+//! `{root}/NAME/locks` while its leases `{root}/NAME/leases/_c_{uuid}-lease-{sequence}`
+//! (one per permit) wait for the leases directory to have at most `limit`
+//! children ([`leases_fit`]).
 //!
 //! Lock `NAME` is the directory `{root}/NAME`. A contender creates an
 //! EPHEMERAL_SEQUENTIAL child `_c_{uuid}-lock-{sequence}` (Curator's exact
@@ -31,6 +41,12 @@ pub(crate) const LOCK_NAME: &str = "-lock-";
 /// side by side under one directory.
 pub(crate) const READ_NAME: &str = "__READ__";
 pub(crate) const WRITE_NAME: &str = "__WRIT__";
+/// Curator's `InterProcessSemaphoreV2` lease name infix.
+pub(crate) const LEASE_NAME: &str = "-lease-";
+/// The semaphore's directories under the name's: the mutex held while a
+/// lease waits, and the leases.
+pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
+pub(crate) const SEMAPHORE_LEASES: &str = "leases";
 
 /// Which of Curator's recipes a node belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +57,9 @@ pub(crate) enum Recipe {
     Read,
     /// `InterProcessReadWriteLock`, writing.
     Write,
+    /// `InterProcessSemaphoreV2`'s lease, `_c_{uuid}-lease-{sequence}` in
+    /// the name's `leases` directory.
+    Lease,
 }
 
 impl Recipe {
@@ -50,6 +69,7 @@ impl Recipe {
             Recipe::Mutex => LOCK_NAME,
             Recipe::Read => "-__READ__",
             Recipe::Write => "-__WRIT__",
+            Recipe::Lease => LEASE_NAME,
         }
     }
 
@@ -59,6 +79,7 @@ impl Recipe {
     fn sequence(self, name: &str) -> Option<i64> {
         let seq = match self {
             Recipe::Mutex => name.rsplit_once(LOCK_NAME)?.1,
+            Recipe::Lease => name.rsplit_once(LEASE_NAME)?.1,
             Recipe::Read | Recipe::Write => {
                 let at = name.rfind(READ_NAME).or_else(|| name.rfind(WRITE_NAME))?;
                 &name[at + READ_NAME.len()..]
@@ -249,6 +270,36 @@ pub(crate) async fn wait_first(
             }
         }
     }
+}
+
+/// What a semaphore's leases directory says about ours.
+pub(crate) enum Fit {
+    /// At most `limit` leases: ours hold.
+    Yes,
+    /// One of ours is gone (session expired, or deleted).
+    Gone,
+    /// Too many: this watch fires when the leases change.
+    No(zookeeper_client::OneshotWatcher),
+}
+
+/// Whether our leases `mine` in `dir` are among at most `limit` (Curator
+/// counts every child of the leases directory).
+pub(crate) async fn leases_fit(
+    client: &Client,
+    dir: &str,
+    mine: &[String],
+    limit: u32,
+    timeout: Duration,
+) -> Result<Fit> {
+    let (children, watcher) = bounded(timeout, client.list_and_watch_children(dir)).await?;
+    if !mine.iter().all(|m| children.contains(m)) {
+        return Ok(Fit::Gone);
+    }
+    Ok(if children.len() <= limit as usize {
+        Fit::Yes
+    } else {
+        Fit::No(watcher)
+    })
 }
 
 /// The holder of `dir`: the first contender, its data and stat.

@@ -181,7 +181,9 @@ impl Session {
     ) -> Watching {
         let watched = Arc::clone(&self.watched);
         let id = watched.next.fetch_add(1, Ordering::Relaxed);
+        let stopped = Arc::new(AtomicBool::new(false));
         let entry = Entry {
+            stopped: Arc::clone(&stopped),
             trigger: trigger.clone(),
             key: key.clone(),
             path,
@@ -190,17 +192,14 @@ impl Session {
             watching: false,
         };
         let mut state = watched.state();
-        if let Some(why) = state
-            .over
-            .or_else(|| (!self.connected_in_time()).then_some(why::SESSION_SILENT))
-        {
+        if let Some(why) = state.over.or_else(|| self.out_of_time()) {
             drop(state);
             let give_up = why != why::SESSION_ENDED;
             entry.lose(why);
             if give_up && self.alive() {
                 crate::guard::delete_in_background(self, entry.path.to_string());
             }
-            return Watching { watched, id };
+            return Watching { watched, id, stopped };
         }
         let wake = entry.wake();
         state.inbox.push(Msg::Add(id, entry));
@@ -212,12 +211,19 @@ impl Session {
         if tell {
             watched.notify.notify_one();
         }
-        Watching { watched, id }
+        Watching { watched, id, stopped }
     }
 
-    /// Within the session's deadline and not ended (connected or not).
-    fn connected_in_time(&self) -> bool {
-        self.alive() && Instant::now() < self.deadline()
+    /// Why a guard of this session cannot be watched now: the session
+    /// ended, or its deadline passed.
+    fn out_of_time(&self) -> Option<&'static str> {
+        if !self.alive() {
+            Some(why::SESSION_ENDED)
+        } else if Instant::now() >= self.deadline() {
+            Some(why::SESSION_SILENT)
+        } else {
+            None
+        }
     }
 }
 
@@ -275,6 +281,9 @@ enum Msg {
 }
 
 struct Entry {
+    /// Set by the guard before it deletes its node (a release): its
+    /// deletion is then no loss.
+    stopped: Arc<AtomicBool>,
     trigger: LostTrigger,
     key: LockKey,
     path: Arc<str>,
@@ -296,7 +305,9 @@ impl Entry {
     }
 
     fn lose(&self, why: &'static str) {
-        dlock_core::driver::lose(&self.trigger, BACKEND, &self.key, why);
+        if !self.stopped.load(Ordering::SeqCst) {
+            dlock_core::driver::lose(&self.trigger, BACKEND, &self.key, why);
+        }
     }
 }
 
@@ -305,19 +316,30 @@ impl Entry {
 pub(crate) struct Watching {
     watched: Arc<Watched>,
     id: u64,
+    stopped: Arc<AtomicBool>,
 }
 
 impl Watching {
+    /// No longer watched (idempotent): call it before the guard deletes
+    /// its node, so that the deletion is not taken for a loss.
+    pub(crate) fn stop(&self) {
+        if !self.stopped.swap(true, Ordering::SeqCst) {
+            self.watched.post(Msg::Remove(self.id), false);
+        }
+    }
+
     /// The guard's own deadline moved (a confirmed extend): the task looks
     /// again now, so a deadline moved earlier is kept too.
     pub(crate) fn moved(&self) {
-        self.watched.post(Msg::Moved(self.id), true);
+        if !self.stopped.load(Ordering::SeqCst) {
+            self.watched.post(Msg::Moved(self.id), true);
+        }
     }
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        self.watched.post(Msg::Remove(self.id), false);
+        self.stop();
     }
 }
 
@@ -375,7 +397,12 @@ type Deletion = Pin<Box<dyn Future<Output = u64> + Send>>;
 /// ends or runs out of time; a guard when its node is deleted or its own
 /// TTL runs out. Holds the session weakly (it ends with it).
 async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: LostSignal) {
-    let mut slots = Slots::default();
+    let mut task = Ending {
+        watched,
+        session: session.clone(),
+        slots: Slots::default(),
+    };
+    let (watched, slots) = (Arc::clone(&task.watched), &mut task.slots);
     let mut deletions: FuturesUnordered<Deletion> = FuturesUnordered::new();
     loop {
         let Some(s) = session.upgrade() else {
@@ -394,18 +421,7 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
             }
         }
         if !s.alive() {
-            let mut state = watched.state();
-            state.over = Some(why::SESSION_ENDED);
-            let inbox = std::mem::take(&mut state.inbox);
-            drop(state);
-            for msg in inbox {
-                if let Msg::Add(id, entry) = msg {
-                    slots.schedule(id, entry);
-                }
-            }
-            for (_, entry) in slots.entries.into_values() {
-                entry.lose(why::SESSION_ENDED);
-            }
+            // `Ending` fires every guard.
             return;
         }
         let now = Instant::now();
@@ -414,7 +430,7 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
             // The server may have expired the session and granted the
             // locks elsewhere: every node must go, if the session lives on.
             // (Until it is heard from again, a new guard is fired at once.)
-            for (_, entry) in std::mem::take(&mut slots).entries.into_values() {
+            for (_, entry) in std::mem::take(slots).entries.into_values() {
                 entry.lose(why::SESSION_SILENT);
                 crate::guard::delete_in_background(&s, entry.path.to_string());
             }
@@ -436,30 +452,66 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
             }
             slots.schedule(id, entry);
         }
-        let next = if !in_time {
-            // Heard from again? Look every tenth of the session.
-            saturating_add(now, (s.timeout / 10).max(Duration::from_millis(20)))
-        } else {
-            s.deadline()
-        };
-        let next = slots.next_wake().map_or(next, |at| at.min(next));
+        // No guard: nothing to look at until one comes (a guard that comes
+        // while the session is out of time is lost at once).
+        let next = (!slots.entries.is_empty()).then(|| {
+            let next = if in_time {
+                s.deadline()
+            } else {
+                // Heard from again? Look every tenth of the session.
+                saturating_add(now, (s.timeout / 10).max(Duration::from_millis(20)))
+            };
+            slots.next_wake().map_or(next, |at| at.min(next))
+        });
         drop(s);
         {
             let mut state = watched.state();
             if !state.inbox.is_empty() {
                 continue;
             }
-            state.looks_by = Some(next);
+            state.looks_by = next;
         }
         tokio::select! {
             () = watched.notify.notified() => {}
-            () = tokio::time::sleep_until(next.into()) => {}
+            () = tokio::time::sleep_until(next.unwrap_or(now).into()), if next.is_some() => {}
             () = ended.wait() => {}
             Some(id) = deletions.next(), if !deletions.is_empty() => {
                 if let Some(entry) = slots.take(id) {
                     entry.lose(why::DELETED);
                 }
             }
+        }
+    }
+}
+
+/// The guards' task's state. However the task ends (the session ended or
+/// went, a panic, its runtime shutting down), this fires every guard it
+/// watched or was told of, marks the session's guards as no longer
+/// watched (a new one is lost at once), and ends the session, so its
+/// handle opens another: nobody would otherwise tell those guards.
+struct Ending {
+    watched: Arc<Watched>,
+    session: Weak<Session>,
+    slots: Slots,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let mut state = self.watched.state();
+        state.over.get_or_insert(why::SESSION_ENDED);
+        state.looks_by = None;
+        let inbox = std::mem::take(&mut state.inbox);
+        drop(state);
+        for msg in inbox {
+            if let Msg::Add(id, entry) = msg {
+                self.slots.schedule(id, entry);
+            }
+        }
+        for (_, entry) in std::mem::take(&mut self.slots).entries.into_values() {
+            entry.lose(why::SESSION_ENDED);
+        }
+        if let Some(session) = self.session.upgrade() {
+            session.lost.fire();
         }
     }
 }

@@ -395,7 +395,11 @@ async fn a_node_deleted_by_someone_else_fires_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_task_watches_every_guard_of_a_session() {
     let f = common::ZkFactory::shared().await;
-    let lock = ZkLock::connect(f.config.clone()).await.unwrap();
+    // A long session: this test is not about session timing, and one
+    // stalled heartbeat must not fire every guard.
+    let lock = ZkLock::connect(f.config.clone().session_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
     let raw = Client::connect(&f.config.connect).await.unwrap();
     let server: SocketAddr = f.config.connect.split(',').next().unwrap().parse().unwrap();
     let base = unique("watched");
@@ -447,6 +451,89 @@ async fn one_task_watches_every_guard_of_a_session() {
     for g in guards.into_iter().filter(|g| !g.lost().is_lost()) {
         g.release().await.unwrap();
     }
+}
+
+/// A session whose runtime goes away (its tasks with it) tells its guards:
+/// they are lost, and the handle opens a new session on the next acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_are_lost_when_their_sessions_runtime_goes() {
+    let f = common::ZkFactory::shared().await;
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = f.config.clone().session_timeout(Duration::from_secs(10));
+    let lock = other.spawn(ZkLock::connect(config)).await.unwrap().unwrap();
+    let k = key(&unique("runtime"));
+    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    other.shutdown_background();
+    tokio::time::timeout(LIMIT, g.lost().wait())
+        .await
+        .expect("lost() once the session's runtime went");
+    assert!(!g.is_held());
+    drop(g);
+    let again = lock
+        .acquire(&key(&unique("runtime-again")), AcquireOptions::default())
+        .await
+        .unwrap();
+    again.release().await.unwrap();
+}
+
+/// Our semaphore and Curator's `InterProcessSemaphoreV2` share one layout:
+/// leases named as Curator names them in `{name}/leases` count against our
+/// limit, ours are named so, and a waiter holds the `{name}/locks` mutex
+/// while it waits (so waiters are served in order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_interoperates_with_curator_names() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let k = key(&unique("curator-sem"));
+    let dir = f.admin.lock_path(&k).unwrap();
+    let leases = format!("{dir}/leases");
+    let now = AcquireOptions::default().wait(Wait::No);
+    let theirs = [
+        curator_named(&raw, &leases, "-lease-").await,
+        curator_named(&raw, &leases, "-lease-").await,
+    ];
+    let ours = f.admin.acquire_permits(&k, 1, 3, now).await.unwrap();
+    let name = ours.node().rsplit('/').next().unwrap().to_owned();
+    let (uuid, seq) = name.strip_prefix("_c_").unwrap().split_once("-lease-").unwrap();
+    assert_eq!((uuid.len(), seq.len()), (36, 10), "{name}");
+    assert!(ours.node().starts_with(&format!("{leases}/")), "{}", ours.node());
+    // Two of theirs and one of ours: the limit of 3 is reached.
+    assert!(matches!(
+        f.admin.acquire_permits(&k, 1, 3, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    let waiting = {
+        let (lock, k) = (f.admin.clone(), k.clone());
+        tokio::spawn(async move {
+            lock.acquire_permits(&k, 1, 3, AcquireOptions::default().wait(Wait::For(LIMIT)))
+                .await
+        })
+    };
+    let locks = format!("{dir}/locks");
+    until("the waiter to hold the semaphore's mutex", async || {
+        raw.list_children(&locks)
+            .await
+            .map(|c| c.len() == 1)
+            .unwrap_or(false)
+    })
+    .await;
+    raw.delete(&theirs[0], None).await.unwrap();
+    let second = waiting.await.unwrap().unwrap();
+    until("the waiter to give the mutex back", async || {
+        raw.list_children(&locks)
+            .await
+            .map(|c| c.is_empty())
+            .unwrap_or(true)
+    })
+    .await;
+    for g in [ours, second] {
+        g.release().await.unwrap();
+    }
+    raw.delete(&theirs[1], None).await.unwrap();
 }
 
 /// Our read-write lock and Curator's `InterProcessReadWriteLock` share one
