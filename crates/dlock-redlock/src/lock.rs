@@ -334,6 +334,34 @@ impl Lock for Redlock {
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
     }
+
+    /// Not offered: see the error.
+    ///
+    /// # Errors
+    ///
+    /// Always [`Error::Unsupported`]: a semaphore's count cannot be kept
+    /// across a quorum of independent servers (each majority may count a
+    /// different set of holders, so two grants each seen by a majority can
+    /// together exceed the limit).
+    ///
+    /// # Cancel safety
+    ///
+    /// Nothing is sent.
+    async fn acquire_permits(
+        &self,
+        _key: &LockKey,
+        _count: u32,
+        _limit: u32,
+        _opts: AcquireOptions,
+    ) -> Result<RedlockGuard> {
+        Err(Error::Unsupported {
+            backend: BACKEND,
+            what: "semaphores",
+            why: "a count cannot be kept across a quorum of independent servers (two majorities can each \
+                  count a different set of holders, and together exceed the limit); use etcd, ZooKeeper or \
+                  a single Redis",
+        })
+    }
 }
 
 impl Redlock {

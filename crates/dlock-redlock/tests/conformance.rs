@@ -3,6 +3,8 @@
 
 mod common;
 
+use dlock_core::Lock;
+
 async fn factory() -> common::RedlockFactory {
     common::RedlockFactory::shared().await
 }
@@ -18,3 +20,21 @@ dlock_testkit::conformance_tests!(factory, skip: [
     semaphore_never_over_admits,
     semaphore_expired_permit_passes_on,
 ]);
+
+/// Redlock refuses semaphores and says why (a count across a quorum).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_are_refused_with_the_reason() {
+    let f = common::RedlockFactory::shared().await;
+    let lock = dlock_testkit::LockFactory::client(&f).await.unwrap();
+    let e = lock
+        .acquire_permits(
+            &dlock_core::LockKey::new("sem").unwrap(),
+            1,
+            3,
+            dlock_core::AcquireOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, dlock_core::Error::Unsupported { .. }), "{e:?}");
+    assert!(e.to_string().contains("quorum"), "{e}");
+}

@@ -432,7 +432,10 @@ mod tests {
             .iter()
             .filter(|n| n.starts_with("read_write_") || n.starts_with("semaphore_"))
             .count();
-        assert_eq!(family, 6, "the read-write and semaphore scenarios go by their prefixes");
+        assert_eq!(
+            family, 6,
+            "the read-write and semaphore scenarios go by their prefixes"
+        );
         let none = Capabilities::new(
             dlock_core::Fencing::None,
             false,
