@@ -98,6 +98,18 @@ enum Command {
         /// After SIGTERM on a lost lock, how long before SIGKILL.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         grace: Duration,
+        /// Take KEY as a read-write lock, shared (a reader): runs beside
+        /// other readers, never beside a writer (`dlock run` without it on a
+        /// read-write lock's name is a mutex of that name, not its writer).
+        #[arg(long, conflicts_with_all = ["permits", "exclusive"])]
+        shared: bool,
+        /// Take KEY as a read-write lock, exclusive (the writer).
+        #[arg(long, conflicts_with = "permits")]
+        exclusive: bool,
+        /// Take one of N permits of the semaphore KEY: at most N commands
+        /// hold it at once (every user of KEY must give the same N).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        permits: Option<u32>,
         /// The command and its arguments (after --).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
@@ -208,6 +220,9 @@ fn main() -> ExitCode {
                 wait,
                 no_wait,
                 grace,
+                shared,
+                exclusive,
+                permits,
                 command,
             } => {
                 let wait = match (wait, no_wait) {
@@ -215,7 +230,13 @@ fn main() -> ExitCode {
                     (Some(d), false) => Wait::For(*d),
                     (None, false) => Wait::Forever,
                 };
-                run(&config, key, *ttl, wait, *grace, command).await
+                let how = match (shared, exclusive, permits) {
+                    (true, _, _) => Take::Read,
+                    (_, true, _) => Take::Write,
+                    (_, _, Some(n)) => Take::Permit(*n),
+                    _ => Take::Mutex,
+                };
+                run(&config, key, how, *ttl, wait, *grace, command).await
             }
         }
     })
@@ -296,9 +317,20 @@ fn check_ttl(ttl: Duration) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// What `dlock run` takes of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    Mutex,
+    Read,
+    Write,
+    /// One of N permits.
+    Permit(u32),
+}
+
 async fn run(
     config: &Config,
     key: &str,
+    how: Take,
     ttl: Duration,
     wait: Wait,
     grace: Duration,
@@ -316,14 +348,19 @@ async fn run(
         Ok(l) => l,
         Err(e) => return fail(code_for(&e), e),
     };
-    let guard = match lock
-        .acquire(&key, AcquireOptions::default().ttl(ttl).wait(wait))
-        .await
-    {
+    let opts = AcquireOptions::default().ttl(ttl).wait(wait);
+    let taken = match how {
+        Take::Mutex => lock.acquire(&key, opts).await,
+        Take::Read => lock.acquire_read(&key, opts).await,
+        Take::Write => lock.acquire_write(&key, opts).await,
+        Take::Permit(n) => lock.acquire_permits(&key, 1, n, opts).await,
+    };
+    let guard = match taken {
         Ok(g) => g,
         Err(Error::Timeout { .. }) => {
+            // `holder` knows a mutex's holder only.
             let who = match distlock::holder(config, &key).await {
-                Ok(Some(h)) => format!(": held by {}", describe(&h)),
+                Ok(Some(h)) if how == Take::Mutex => format!(": held by {}", describe(&h)),
                 _ => String::new(),
             };
             return fail(exit::NOT_ACQUIRED, format!("{key} not acquired{who}"));

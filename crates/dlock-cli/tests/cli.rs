@@ -602,3 +602,65 @@ async fn verbose_tells_what_the_lock_does_on_stderr() {
         assert!(holder.wait().unwrap().success());
     }
 }
+
+/// `--shared` runs beside other readers and keeps the writer
+/// (`--exclusive`) out; `--permits N` lets N commands run at once and no
+/// more; a backend without the primitive says so (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_and_permits_run_side_by_side_up_to_their_limit() {
+    let b = backends().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, zk) = b.urls.iter().find(|(n, _)| *n == "zk").unwrap();
+    // Holders hold until told to stop (no timing assumption).
+    let stop = dir.path().join("stop");
+    let hold_until_stopped = |started: &Path| {
+        format!(
+            // At most 30 s, even if the test never says stop.
+            "touch {}; i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+            started.display(),
+            stop.display()
+        )
+    };
+    // Readers: a second one runs while the first holds; a writer may not.
+    let key = unique("shared");
+    let started = dir.path().join("reader.started");
+    let script = hold_until_stopped(&started);
+    let mut reader = dlock(zk, &["run", &key, "--shared", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    until("the first reader to start", || started.exists()).await;
+    let second = run(zk, &key, &["--shared", "--no-wait"], "echo second-reader");
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    assert!(String::from_utf8_lossy(&second.stdout).contains("second-reader"));
+    let writer = run(zk, &key, &["--exclusive", "--no-wait"], "echo should-not-run");
+    assert_eq!(writer.status.code(), Some(75), "{writer:?}");
+    std::fs::write(&stop, "").unwrap();
+    assert!(reader.wait().unwrap().success());
+    std::fs::remove_file(&stop).unwrap();
+    // Two permits: two hold, a third is refused.
+    let key = unique("permits");
+    let mut holders = Vec::new();
+    for i in 0..2 {
+        let started = dir.path().join(format!("permit-{i}.started"));
+        let script = hold_until_stopped(&started);
+        holders.push(
+            dlock(zk, &["run", &key, "--permits", "2", "--", "sh", "-c", &script])
+                .spawn()
+                .unwrap(),
+        );
+        until("a permit holder to start", || started.exists()).await;
+    }
+    let third = run(zk, &key, &["--permits", "2", "--no-wait"], "echo should-not-run");
+    assert_eq!(third.status.code(), Some(75), "{third:?}");
+    std::fs::write(&stop, "").unwrap();
+    for mut h in holders {
+        assert!(h.wait().unwrap().success());
+    }
+    // A backend without read-write locks.
+    let (_, redis) = b.urls.iter().find(|(n, _)| *n == "redis").unwrap();
+    let out = run(redis, &unique("no-rw"), &["--shared"], "echo should-not-run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not offer read-write locks"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("should-not-run"));
+}
