@@ -98,9 +98,9 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// Takes `key` as a read-write lock, shared: any number of read grants
     /// hold together, none while a write grant holds, and a read waits
     /// behind a write that was waiting before it (a stream of readers
-    /// cannot starve a writer). The names of read-write locks are apart
-    /// from mutex names (as in Curator and etcd's recipes, whose layouts
-    /// differ): [`acquire`](Self::acquire) of the same name does not
+    /// cannot starve a writer). Use a name for one kind of lock only: the
+    /// layouts of read-write locks differ from mutexes' (as Curator's and
+    /// etcd's do), so [`acquire`](Self::acquire) of the same name does not
     /// exclude it.
     ///
     /// Tokens: every grant of a read-write lock, read or write, takes the

@@ -194,6 +194,10 @@ impl<G: Guard> std::fmt::Debug for MultiGuard<G> {
 
 /// Fires `trigger` when any of `signals` fires.
 async fn fire_on_any(signals: Vec<LostSignal>, trigger: LostTrigger) {
+    if signals.is_empty() {
+        // Nothing to lose: only the guard's drop fires it.
+        return std::future::pending().await;
+    }
     let waits = signals.iter().map(|s| Box::pin(s.wait()));
     futures::future::select_all(waits).await;
     trigger.fire();

@@ -13,7 +13,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 use crate::config::EtcdConfig;
 use crate::error::{BACKEND, map_err};
 use crate::guard::{EtcdGuard, resign_in_background};
-use crate::protocol::{self, Conn};
+use crate::protocol::{self, Conn, Contender};
 use crate::session::{MIN_TTL, Session, lease_seconds};
 use dlock_core::driver::OnDrop;
 
@@ -317,7 +317,7 @@ impl Lock for EtcdLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL)
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL).with_read_write()
     }
 
     /// See [`Lock::acquire`]: the Mutex transaction, then (if not first)
@@ -336,12 +336,44 @@ impl Lock for EtcdLock {
     /// background (by create revision, or by lease if the transaction's reply
     /// was not seen); its lease is the backstop.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Mutex, key, opts)).await
+    }
+
+    /// See [`Lock::acquire_read`]: Go's `recipes.RWMutex` layout, reading
+    /// (a key `{prefix}NAME/read/…` on the session's lease; it holds when
+    /// no key under `{prefix}NAME/write` was created before it, and
+    /// watches the latest that was). The token is its create revision.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Read, key, opts)).await
+    }
+
+    /// See [`Lock::acquire_write`]: Go's `recipes.RWMutex` layout, writing
+    /// (a key `{prefix}NAME/write/…`; it holds when no key of the name,
+    /// read or write, was created before it).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Write, key, opts)).await
     }
 }
 
 impl EtcdLock {
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
+    /// Takes `key` as `how`'s contender.
+    async fn take(&self, how: Contender, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
         if self.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
@@ -355,14 +387,16 @@ impl EtcdLock {
         // lease of its own below, so its TTL counts from the grant).
         let session = self.session(ttl).await?;
         let lease = session.lease;
-        let my_key = protocol::contender_key(&pfx, lease, session.next_attempt());
+        let my_key = how.key(&pfx, lease, session.next_attempt());
+        let waits_on = how.waits_on(&pfx);
         // An acquire that ends without a grant (an error, a timeout, a
         // dropped future) deletes its contender key: by create revision, or
         // by lease while the transaction's reply is not in.
         let mut cleanup = OnDrop::new(None, |my_rev| {
             resign_in_background(&self.inner.conn, my_key.clone(), my_rev, &session);
         });
-        let (my_rev, first) = protocol::enter(client, &pfx, &my_key, lease, &self.value(), timeout).await?;
+        let (my_rev, first) =
+            protocol::enter(client, &waits_on, &my_key, lease, &self.value(), timeout).await?;
         *cleanup.state_mut() = Some(my_rev);
         if !first {
             if opts.wait != Wait::No {
@@ -373,7 +407,7 @@ impl EtcdLock {
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
                         dlock_core::driver::saturating_add(started, d).into(),
-                        wait_in_line(client, &pfx, &my_key, my_rev, timeout, &session),
+                        wait_in_line(client, &waits_on, &my_key, my_rev, timeout, &session),
                     )
                     .await;
                     match waited {
@@ -383,7 +417,7 @@ impl EtcdLock {
                         }
                     }
                 }
-                Wait::Forever => wait_in_line(client, &pfx, &my_key, my_rev, timeout, &session).await?,
+                Wait::Forever => wait_in_line(client, &waits_on, &my_key, my_rev, timeout, &session).await?,
             };
             // etcd #11456: only a key that survived the wait may take the lock.
             if !survived || !session.is_alive() {

@@ -16,6 +16,15 @@
 //! with an empty prefix they and dlock exclude each other. Like them, lock
 //! names where one is a path prefix of the other (`a` and `a/b`) contend.
 //!
+//! Read-write lock `NAME`: the layout of Go's `experimental/recipes`
+//! `RWMutex`: a reader writes `{prefix}NAME/read/…`, a writer
+//! `{prefix}NAME/write/…` ([`Contender`]), each on its lease, by the same
+//! transaction; a writer waits until no key under `{prefix}NAME/` was
+//! created before its own, a reader until no key under
+//! `{prefix}NAME/write` was, each watching the latest such key only. (Keys
+//! of a mutex of the same name would count as a writer's predecessors: use
+//! a name for one kind of lock.)
+//!
 //! Leases (grant, revoke, the keep-alive stream) are here too: this is the
 //! only file that talks to etcd.
 
@@ -77,6 +86,37 @@ pub(crate) async fn keys_under(client: &Client, prefix: &str, timeout: Duration)
 /// one lease are two contenders.
 pub(crate) fn contender_key(pfx: &str, lease: i64, attempt: u64) -> String {
     format!("{pfx}{lease:x}-{attempt:x}")
+}
+
+/// What a contender takes of a name under the lock prefix `pfx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contender {
+    /// `concurrency.Mutex`.
+    Mutex,
+    /// `recipes.RWMutex`, reading.
+    Read,
+    /// `recipes.RWMutex`, writing.
+    Write,
+}
+
+impl Contender {
+    /// The contender's key (unique per acquire, as [`contender_key`]).
+    pub(crate) fn key(self, pfx: &str, lease: i64, attempt: u64) -> String {
+        match self {
+            Contender::Mutex => contender_key(pfx, lease, attempt),
+            Contender::Read => format!("{pfx}read/{lease:x}-{attempt:x}"),
+            Contender::Write => format!("{pfx}write/{lease:x}-{attempt:x}"),
+        }
+    }
+
+    /// The prefix whose earlier keys the contender waits out: every key of
+    /// the name for a mutex or a writer, the writers' for a reader.
+    pub(crate) fn waits_on(self, pfx: &str) -> String {
+        match self {
+            Contender::Mutex | Contender::Write => pfx.to_owned(),
+            Contender::Read => format!("{pfx}write"),
+        }
+    }
 }
 
 /// A granted lease: its id and the TTL etcd granted (which may differ from
@@ -169,8 +209,9 @@ fn ranges(r: &[TxnOpResponse], i: usize) -> Option<&[KeyValue]> {
 }
 
 /// The Mutex transaction: create `my_key` on `lease` unless it exists, and
-/// read the first creator under `pfx`. Returns our create revision and
-/// whether we hold the lock.
+/// read the first creator under `pfx` (the prefix whose earlier keys we
+/// wait out: [`Contender::waits_on`]). Returns our create revision and
+/// whether we hold the lock (no key under `pfx` was created before ours).
 pub(crate) async fn enter(
     client: &Client,
     pfx: &str,
@@ -199,7 +240,7 @@ pub(crate) async fn enter(
             .ok_or_else(|| Error::backend(BACKEND, "our lock key vanished inside a transaction"))?
     };
     let owner = ranges(&responses, 1).and_then(|kvs| kvs.first());
-    Ok((my_rev, owner.is_none_or(|kv| kv.create_revision() == my_rev)))
+    Ok((my_rev, owner.is_none_or(|kv| kv.create_revision() >= my_rev)))
 }
 
 /// Waits until no key under `pfx` was created before `my_rev`: watches the

@@ -616,3 +616,58 @@ async fn a_server_down_and_a_bad_url_read_as_sentences() {
     assert_eq!(shown.matches("invalid configuration").count(), 1, "{shown}");
     assert!(shown.contains("ftp://h:1"), "{shown}");
 }
+
+/// Our read-write lock and Go's `recipes.RWMutex` share one layout: keys
+/// under `{prefix}NAME/write/` and `{prefix}NAME/read/` written as Go
+/// writes them exclude ours by create revision (a writer waits for every
+/// earlier key, a reader for earlier writers only), and ours go there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_interoperates_with_go_recipe_keys() {
+    let f = common::EtcdFactory::shared().await;
+    let k = key(&unique("go-rw"));
+    let pfx = f.admin.lock_prefix(&k);
+    let now = AcquireOptions::default().wait(Wait::No);
+    let nanos = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            .to_string()
+    };
+    // A Go writer holds: we can neither read nor write.
+    let go_writer = format!("{pfx}write/{}", nanos());
+    etcdctl(&f.config.endpoints, &["put", &go_writer, ""]).unwrap();
+    assert!(matches!(
+        f.admin.acquire_read(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    assert!(matches!(
+        f.admin.acquire_write(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    etcdctl(&f.config.endpoints, &["del", &go_writer]).unwrap();
+    // A Go reader holds: we can read beside it, not write.
+    let go_reader = format!("{pfx}read/{}", nanos());
+    etcdctl(&f.config.endpoints, &["put", &go_reader, ""]).unwrap();
+    let ours = f.admin.acquire_read(&k, now).await.unwrap();
+    assert!(matches!(
+        f.admin.acquire_write(&k, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    let keys = etcdctl(
+        &f.config.endpoints,
+        &["get", "--prefix", "--keys-only", &format!("{pfx}read/")],
+    )
+    .unwrap();
+    assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 2, "{keys}");
+    ours.release().await.unwrap();
+    etcdctl(&f.config.endpoints, &["del", &go_reader]).unwrap();
+    let w = f.admin.acquire_write(&k, now).await.unwrap();
+    let keys = etcdctl(
+        &f.config.endpoints,
+        &["get", "--prefix", "--keys-only", &format!("{pfx}write/")],
+    )
+    .unwrap();
+    assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 1, "{keys}");
+    w.release().await.unwrap();
+}

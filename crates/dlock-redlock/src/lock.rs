@@ -358,8 +358,8 @@ impl Lock for Redlock {
             backend: BACKEND,
             what: "semaphores",
             why: "a count cannot be kept across a quorum of independent servers (two majorities can each \
-                  count a different set of holders, and together exceed the limit); use etcd, ZooKeeper or \
-                  a single Redis",
+                  count a different set of holders, and together exceed the limit); use a backend whose \
+                  capabilities offer semaphores (ZooKeeper)",
         })
     }
 }

@@ -377,13 +377,17 @@ impl Lock for ZkLock {
     /// limit and this crate share the count. The token is the first
     /// lease's `czxid`.
     ///
-    /// As in Curator, the count is of the leases directory's children:
-    /// a lock named `{name}/leases/…` would count as a lease.
+    /// Only lease nodes count (Curator counts every child of the leases
+    /// directory: stricter, never looser). The mutex `{name}/locks` is
+    /// this semaphore's: do not name another lock so.
     ///
     /// # Errors
     ///
     /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
-    /// `1 <= count <= limit`.
+    /// `1 <= count <= limit`, and for more than 1024 permits at once (a
+    /// node each). With [`Wait::No`] a call is refused while another
+    /// acquirer holds the `locks` mutex, even with permits free (Curator
+    /// does the same).
     ///
     /// # Cancel safety
     ///
@@ -397,10 +401,18 @@ impl Lock for ZkLock {
         opts: AcquireOptions,
     ) -> Result<ZkGuard> {
         dlock_core::driver::check_permits(count, limit)?;
+        if count > MAX_PERMITS_AT_ONCE {
+            return Err(Error::InvalidConfig(format!(
+                "zookeeper takes at most {MAX_PERMITS_AT_ONCE} permits in one grant (one node each), not {count}"
+            )));
+        }
         let take = self.take_permits(key, count, limit, opts);
         dlock_core::trace::acquire(BACKEND, key, &opts, take).await
     }
 }
+
+/// The most permits one zk grant takes (a lease node each).
+const MAX_PERMITS_AT_ONCE: u32 = 1024;
 
 impl ZkLock {
     /// `count` leases of the semaphore `key`, at most `limit` in all.
@@ -463,38 +475,60 @@ impl ZkLock {
             czxids.push(czxid);
         }
         let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
-        loop {
-            match protocol::leases_fit(&client, &leases, &mine, limit, timeout).await? {
-                protocol::Fit::Yes => break,
-                protocol::Fit::Gone => {
-                    return Err(Error::Lost {
-                        key: key.as_str().to_owned(),
-                    });
-                }
-                protocol::Fit::No(watcher) => {
-                    if opts.wait == Wait::No {
-                        return Err(timed_out());
+        let waited: Result<()> = async {
+            loop {
+                match protocol::leases_fit(&client, &leases, &mine, limit, timeout).await? {
+                    protocol::Fit::Yes => return Ok(()),
+                    protocol::Fit::Gone => {
+                        return Err(Error::Lost {
+                            key: key.as_str().to_owned(),
+                        });
                     }
-                    dlock_core::trace::queued();
-                    let changed = watcher.changed();
-                    match deadline {
-                        Some(at) => {
-                            if tokio::time::timeout_at(at.into(), changed).await.is_err() {
-                                return Err(timed_out());
-                            }
+                    protocol::Fit::No(watcher) => {
+                        if opts.wait == Wait::No {
+                            return Err(timed_out());
                         }
-                        None => drop(changed.await),
+                        dlock_core::trace::queued();
+                        let changed = watcher.changed();
+                        match deadline {
+                            Some(at) => {
+                                if tokio::time::timeout_at(at.into(), changed).await.is_err() {
+                                    return Err(timed_out());
+                                }
+                            }
+                            None => drop(changed.await),
+                        }
                     }
                 }
             }
         }
-        if !session.alive() {
-            return Err(Error::Lost {
-                key: key.as_str().to_owned(),
-            });
-        }
-        // Given back now; if that fails, its drop deletes it.
+        .await;
+        let waited = waited.and_then(|()| {
+            if session.alive() {
+                Ok(())
+            } else {
+                Err(Error::Lost {
+                    key: key.as_str().to_owned(),
+                })
+            }
+        });
+        // The mutex goes now, granted or not (if that fails, its drop
+        // deletes it in the background).
         drop(dlock_core::Guard::release(mutex).await);
+        if let Err(e) = waited {
+            // Not granted: our leases go now too, so that a next try does
+            // not count them; what fails here the clean-up retries.
+            let mut gone = true;
+            for name in &mine {
+                gone &= protocol::delete(&client, &format!("{leases}/{name}"), timeout)
+                    .await
+                    .is_ok();
+            }
+            if gone {
+                cleanup.disarm();
+            }
+            return Err(e);
+        }
         cleanup.disarm();
         let mut nodes = mine
             .into_iter()

@@ -282,8 +282,7 @@ pub(crate) enum Fit {
     No(zookeeper_client::OneshotWatcher),
 }
 
-/// Whether our leases `mine` in `dir` are among at most `limit` (Curator
-/// counts every child of the leases directory).
+/// Whether our leases `mine` in `dir` are among at most `limit` leases.
 pub(crate) async fn leases_fit(
     client: &Client,
     dir: &str,
@@ -292,10 +291,18 @@ pub(crate) async fn leases_fit(
     timeout: Duration,
 ) -> Result<Fit> {
     let (children, watcher) = bounded(timeout, client.list_and_watch_children(dir)).await?;
-    if !mine.iter().all(|m| children.contains(m)) {
+    // Only leases count (Curator counts every child, so it is stricter,
+    // never looser): another lock's nodes under this directory hold no
+    // permit.
+    let leases: std::collections::HashSet<&str> = children
+        .iter()
+        .filter(|c| c.starts_with("_c_") && Recipe::Lease.sequence(c).is_some())
+        .map(String::as_str)
+        .collect();
+    if !mine.iter().all(|m| leases.contains(m.as_str())) {
         return Ok(Fit::Gone);
     }
-    Ok(if children.len() <= limit as usize {
+    Ok(if leases.len() <= limit as usize {
         Fit::Yes
     } else {
         Fit::No(watcher)

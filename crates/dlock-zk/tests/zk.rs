@@ -506,6 +506,14 @@ async fn semaphore_interoperates_with_curator_names() {
         f.admin.acquire_permits(&k, 1, 3, now).await,
         Err(Error::Timeout { .. })
     ));
+    // The refused call took its lease and the mutex back before it
+    // returned: a next try is not held up by them.
+    assert_eq!(raw.list_children(&leases).await.unwrap().len(), 3);
+    let locks_now = raw
+        .list_children(&format!("{dir}/locks"))
+        .await
+        .unwrap_or_default();
+    assert!(locks_now.is_empty(), "{locks_now:?}");
     let waiting = {
         let (lock, k) = (f.admin.clone(), k.clone());
         tokio::spawn(async move {

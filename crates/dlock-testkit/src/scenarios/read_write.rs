@@ -116,6 +116,7 @@ pub async fn read_write_expired_reader_lets_the_writer_in<F: LockFactory>(ctx: C
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("rw-expiry");
+    let started = std::time::Instant::now();
     let r = a
         .acquire_read(&k, ctx.opts(t.short_ttl).auto_extend(false))
         .await?;
@@ -128,6 +129,12 @@ pub async fn read_write_expired_reader_lets_the_writer_in<F: LockFactory>(ctx: C
         },
     )
     .await??;
+    let took = started.elapsed();
+    ensure!(
+        took >= t.short_ttl / 2,
+        "a write was granted after {took:?}, long before the holder's {:?} TTL",
+        t.short_ttl
+    );
     within(t.slack, "lost() of the expired read", r.lost().wait()).await?;
     ensure!(!r.is_held(), "the expired read says it is held");
     drop(r);

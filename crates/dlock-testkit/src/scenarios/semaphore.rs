@@ -99,12 +99,13 @@ pub async fn semaphore_never_over_admits<F: LockFactory>(ctx: Ctx<F>) -> Outcome
     let k = ctx.key("sem-load");
     let inside = Arc::new(AtomicU32::new(0));
     let most = Arc::new(AtomicU32::new(0));
-    let mut tasks = Vec::new();
+    // Aborted when the scenario ends, whichever way.
+    let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..CLIENTS {
         let c = ctx.client().await?;
         let (k, inside, most) = (k.clone(), Arc::clone(&inside), Arc::clone(&most));
         let opts = ctx.opts(t.long_ttl);
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             for _ in 0..ROUNDS {
                 let g = c.acquire_permits(&k, 1, LIMIT, opts).await?;
                 let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
@@ -114,13 +115,15 @@ pub async fn semaphore_never_over_admits<F: LockFactory>(ctx: Ctx<F>) -> Outcome
                 g.release().await?;
             }
             Ok::<(), Error>(())
-        }));
+        });
     }
-    for task in tasks {
-        within(t.prompt * 2, "a contending client's rounds", task)
-            .await?
-            .map_err(|e| Failure(format!("a contending client panicked: {e}")))??;
-    }
+    within(t.prompt * 2, "the contending clients' rounds", async {
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| Failure(format!("a contending client panicked: {e}")))??;
+        }
+        Ok::<(), Failure>(())
+    })
+    .await??;
     let most = most.load(Ordering::SeqCst);
     ensure!(most <= LIMIT, "{most} permit holders at once, limit {LIMIT}");
     Ok(Verdict::Passed)
@@ -132,6 +135,7 @@ pub async fn semaphore_expired_permit_passes_on<F: LockFactory>(ctx: Ctx<F>) -> 
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("sem-expiry");
+    let started = std::time::Instant::now();
     let g = a
         .acquire_permits(&k, 1, 1, ctx.opts(t.short_ttl).auto_extend(false))
         .await?;
@@ -144,6 +148,12 @@ pub async fn semaphore_expired_permit_passes_on<F: LockFactory>(ctx: Ctx<F>) -> 
         },
     )
     .await??;
+    let took = started.elapsed();
+    ensure!(
+        took >= t.short_ttl / 2,
+        "the permit passed on after {took:?}, long before the holder's {:?} TTL",
+        t.short_ttl
+    );
     within(t.slack, "lost() of the expired permit", g.lost().wait()).await?;
     ensure!(!g.is_held(), "the expired permit says it is held");
     drop(g);
