@@ -317,7 +317,9 @@ impl Lock for EtcdLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL).with_read_write()
+        Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL)
+            .with_read_write()
+            .with_semaphores()
     }
 
     /// See [`Lock::acquire`]: the Mutex transaction, then (if not first)
@@ -369,6 +371,34 @@ impl Lock for EtcdLock {
     async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Write, key, opts)).await
     }
+
+    /// See [`Lock::acquire_permits`]: a key `{prefix}NAME/sem/{count}/…` on
+    /// the session's lease; it holds when the counts of the keys created
+    /// before it, plus its own, are at most `limit` (so waiters are served
+    /// in order, and one that needs more holds back those behind it). The
+    /// token is its create revision. etcd has no semaphore recipe of its
+    /// own; this layout is dlock's. A waiter looks again on every release
+    /// of the name (any release may admit it).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
+    /// `1 <= count <= limit`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<EtcdGuard> {
+        dlock_core::driver::check_permits(count, limit)?;
+        let take = self.take(Contender::Permits { count, limit }, key, opts);
+        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
+    }
 }
 
 impl EtcdLock {
@@ -398,6 +428,8 @@ impl EtcdLock {
         let (my_rev, first) =
             protocol::enter(client, &waits_on, &my_key, lease, &self.value(), timeout).await?;
         *cleanup.state_mut() = Some(my_rev);
+        // A semaphore key may hold with others before it.
+        let first = first || protocol::permits_fit_now(client, &waits_on, my_rev, how, timeout).await?;
         if !first {
             if opts.wait != Wait::No {
                 dlock_core::trace::queued();
@@ -407,7 +439,7 @@ impl EtcdLock {
                 Wait::For(d) => {
                     let waited = tokio::time::timeout_at(
                         dlock_core::driver::saturating_add(started, d).into(),
-                        wait_in_line(client, &waits_on, &my_key, my_rev, timeout, &session),
+                        wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session),
                     )
                     .await;
                     match waited {
@@ -417,7 +449,9 @@ impl EtcdLock {
                         }
                     }
                 }
-                Wait::Forever => wait_in_line(client, &waits_on, &my_key, my_rev, timeout, &session).await?,
+                Wait::Forever => {
+                    wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session).await?
+                }
             };
             // etcd #11456: only a key that survived the wait may take the lock.
             if !survived || !session.is_alive() {
@@ -462,6 +496,7 @@ impl EtcdLock {
 /// key is gone: `Ok(false)`, whatever the predecessors do).
 async fn wait_in_line(
     client: &Client,
+    how: Contender,
     pfx: &str,
     my_key: &str,
     my_rev: i64,
@@ -469,8 +504,18 @@ async fn wait_in_line(
     session: &Session,
 ) -> Result<bool> {
     let ended = session.lost();
+    // Boxed: the acquire future stays small (a debug build's test
+    // thread has a 2 MiB stack).
+    let waited = Box::pin(async {
+        match how {
+            Contender::Permits { count, limit } => {
+                protocol::wait_for_permits(client, pfx, my_key, my_rev, count, limit, timeout).await
+            }
+            _ => protocol::wait_for_predecessors(client, pfx, my_key, my_rev, timeout).await,
+        }
+    });
     tokio::select! {
-        r = protocol::wait_for_predecessors(client, pfx, my_key, my_rev, timeout) => r,
+        r = waited => r,
         () = ended.wait() => Ok(false),
     }
 }

@@ -25,6 +25,11 @@
 //! of a mutex of the same name would count as a writer's predecessors: use
 //! a name for one kind of lock.)
 //!
+//! Semaphore `NAME` (etcd has no recipe; this layout is dlock's): a key
+//! `{prefix}NAME/sem/{count}/…` per grant, on its lease; it holds when the
+//! counts of the keys created before it, plus its own, are at most the
+//! limit ([`wait_for_permits`]).
+//!
 //! Leases (grant, revoke, the keep-alive stream) are here too: this is the
 //! only file that talks to etcd.
 
@@ -97,6 +102,10 @@ pub(crate) enum Contender {
     Read,
     /// `recipes.RWMutex`, writing.
     Write,
+    /// `count` of a semaphore's `limit` permits: a key
+    /// `{prefix}NAME/sem/{count}/…`; it holds when the counts of the keys
+    /// created before it, plus its own, are at most `limit`.
+    Permits { count: u32, limit: u32 },
 }
 
 impl Contender {
@@ -106,6 +115,7 @@ impl Contender {
             Contender::Mutex => contender_key(pfx, lease, attempt),
             Contender::Read => format!("{pfx}read/{lease:x}-{attempt:x}"),
             Contender::Write => format!("{pfx}write/{lease:x}-{attempt:x}"),
+            Contender::Permits { count, .. } => format!("{pfx}sem/{count}/{lease:x}-{attempt:x}"),
         }
     }
 
@@ -115,6 +125,7 @@ impl Contender {
         match self {
             Contender::Mutex | Contender::Write => pfx.to_owned(),
             Contender::Read => format!("{pfx}write"),
+            Contender::Permits { .. } => format!("{pfx}sem/"),
         }
     }
 }
@@ -304,6 +315,91 @@ pub(crate) async fn wait_for_predecessors(
             }
         }
     }
+}
+
+/// How many permits a semaphore key under `sem` (`{prefix}NAME/sem/`)
+/// holds or waits for: the number in its name (0 for a key not of ours).
+fn permits_of(sem: &str, key: &[u8]) -> u64 {
+    std::str::from_utf8(key)
+        .ok()
+        .and_then(|k| k.strip_prefix(sem))
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the permits of the keys under `sem` created before
+/// `my_rev`, plus our `count`, are at most `limit`: looks, and while they
+/// are not, watches the prefix for a deletion and looks again (every
+/// waiter looks on every release: a semaphore's release may admit any of
+/// them). Returns whether `my_key` still exists with our create revision
+/// then (as [`wait_for_predecessors`]).
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it drops the watch.
+pub(crate) async fn wait_for_permits(
+    client: &Client,
+    sem: &str,
+    my_key: &str,
+    my_rev: i64,
+    count: u32,
+    limit: u32,
+    timeout: Duration,
+) -> Result<bool> {
+    let earlier = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_max_create_revision(my_rev - 1);
+    let look = Txn::new().and_then([TxnOp::get(sem, Some(earlier)), TxnOp::get(my_key, None)]);
+    loop {
+        let resp = bounded(timeout, client.clone().txn(look.clone())).await?;
+        let responses = resp.op_responses();
+        let mine = ranges(&responses, 1).and_then(|kvs| kvs.first());
+        if mine.is_none_or(|kv| kv.create_revision() != my_rev) {
+            return Ok(false);
+        }
+        let taken: u64 = ranges(&responses, 0)
+            .unwrap_or_default()
+            .iter()
+            .map(|kv| permits_of(sem, kv.key()))
+            .sum();
+        if taken + u64::from(count) <= u64::from(limit) {
+            return Ok(true);
+        }
+        let seen_at = resp.header().map_or(0, |h| h.revision());
+        // Deletions after the look (none is missed: the watch starts there).
+        let opts = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(seen_at + 1);
+        let mut stream = bounded(timeout, client.clone().watch(sem, Some(opts))).await?;
+        while let Ok(Some(resp)) = stream.message().await {
+            if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                break;
+            }
+        }
+    }
+}
+
+/// One look for a semaphore key: whether it holds now (`how` must be
+/// [`Contender::Permits`]; any other holds only when first).
+pub(crate) async fn permits_fit_now(
+    client: &Client,
+    sem: &str,
+    my_rev: i64,
+    how: Contender,
+    timeout: Duration,
+) -> Result<bool> {
+    let Contender::Permits { count, limit } = how else {
+        return Ok(false);
+    };
+    let earlier = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_max_create_revision(my_rev - 1);
+    let resp = bounded(timeout, client.clone().get(sem, Some(earlier))).await?;
+    let taken: u64 = resp.kvs().iter().map(|kv| permits_of(sem, kv.key())).sum();
+    Ok(taken + u64::from(count) <= u64::from(limit))
 }
 
 /// Whether `my_key` still exists with our create revision.
