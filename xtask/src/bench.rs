@@ -3,8 +3,9 @@
 //! servers; writes `BENCHMARKS.md` and `benchmarks.svg`.
 //!
 //! A full run writes them at the repository's root (they are committed);
-//! `--quick` (what `cargo xtask test` runs, so CI proves the benchmarks
-//! still run) writes them under `target/bench/`.
+//! `--quick` writes them under `target/bench/`. `cargo xtask test` runs
+//! `--quick` from a debug build (so CI proves the benchmarks still run,
+//! without building every dependency again optimized).
 
 use crate::servers::Servers;
 use crate::setup::{cargo, ensure_packages};
@@ -27,6 +28,29 @@ pub async fn run_with(env: &[(&'static str, String)], quick: bool) -> Result<(),
         args.push("--quick");
     }
     args.extend(["--out", out_dir(quick)]);
+    cargo(&args, env).await
+}
+
+/// Builds what [`smoke`] runs.
+pub async fn build_smoke() -> Result<(), String> {
+    cargo(&["build", "-p", "dlock-bench"], &[]).await
+}
+
+/// The smoke run `cargo xtask test` makes: `--quick` from the test build's
+/// profile, whose dependencies the tests have already built (a release
+/// build of them took 6 of CI's 27 minutes). Its figures say only that
+/// every scenario still runs; the report says it came from a debug build.
+pub async fn smoke(env: &[(&'static str, String)]) -> Result<(), String> {
+    let args = [
+        "run",
+        "-q",
+        "-p",
+        "dlock-bench",
+        "--",
+        "--quick",
+        "--out",
+        out_dir(true),
+    ];
     cargo(&args, env).await
 }
 

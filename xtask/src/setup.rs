@@ -51,6 +51,7 @@ pub fn ensure_packages() -> Result<(), String> {
 pub async fn cargo(args: &[&str], env: &[(&'static str, String)]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     eprintln!("xtask: cargo {}", args.join(" "));
+    let started = std::time::Instant::now();
     let mut child = Command::new(cargo)
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -60,6 +61,7 @@ pub async fn cargo(args: &[&str], env: &[(&'static str, String)]) -> Result<(), 
     tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| e.to_string())?;
+            eprintln!("xtask: cargo {} took {:.0?}", args.first().unwrap_or(&""), started.elapsed());
             if status.success() { Ok(()) } else { Err(format!("cargo {} failed: {status}", args.join(" "))) }
         }
         _ = tokio::signal::ctrl_c() => {
@@ -87,7 +89,7 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
     .await?;
     // Build before starting servers, so compile time does not count against them.
     cargo(&["test", "--workspace", "--no-run"], &[]).await?;
-    crate::bench::build().await?;
+    crate::bench::build_smoke().await?;
     let servers = Servers::start().await?;
     let env = servers.env();
     for (k, v) in &env {
@@ -106,7 +108,7 @@ pub async fn test(rest: &[String]) -> Result<(), String> {
     let mut result = cargo(&args, &env).await;
     if result.is_ok() {
         // The benchmarks must still run (their numbers are not judged here).
-        result = crate::bench::run_with(&env, true).await;
+        result = crate::bench::smoke(&env).await;
     }
     drop(servers);
     result?;

@@ -182,10 +182,13 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
         stamp.date,
         stamp.commit,
         stamp.machine,
-        if r.size.quick {
-            "quick (smaller counts, shorter runs)"
-        } else {
-            "full"
+        match (r.size.quick, cfg!(debug_assertions)) {
+            (false, false) => "full",
+            (true, false) => "quick (smaller counts, shorter runs)",
+            (false, true) => "full, but a debug build: compare nothing from it",
+            (true, true) => {
+                "quick, from a debug build (the smoke run of `cargo xtask test`, which proves the benchmarks run): compare nothing from it"
+            }
         },
         r.took
     );
