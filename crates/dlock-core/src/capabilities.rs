@@ -23,6 +23,32 @@ pub enum Waiting {
     Polled,
 }
 
+/// What a grant is of: for the operator views that list every holder of
+/// a name (a driver's `holders`, `dlock holder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The mutex ([`Lock::acquire`](crate::Lock::acquire)).
+    Mutex,
+    /// A read of the read-write lock.
+    Read,
+    /// The write of the read-write lock.
+    Write,
+    /// This many permits of the semaphore.
+    Permits(u32),
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Mutex => f.write_str("mutex"),
+            Role::Read => f.write_str("read"),
+            Role::Write => f.write_str("write"),
+            Role::Permits(1) => f.write_str("1 permit"),
+            Role::Permits(n) => write!(f, "{n} permits"),
+        }
+    }
+}
+
 /// What a backend promises. Returned by
 /// [`Lock::capabilities`](crate::Lock::capabilities).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

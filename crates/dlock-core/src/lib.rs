@@ -60,7 +60,7 @@ mod token;
 pub mod trace;
 
 pub use any::{AnyGuard, AnyLock};
-pub use capabilities::{Capabilities, Fencing, Waiting};
+pub use capabilities::{Capabilities, Fencing, Role, Waiting};
 pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
 pub use key::LockKey;

@@ -20,6 +20,12 @@ pub struct Scripts {
     release: Script,
     extend: Script,
     leave: Script,
+    read_acquire: Script,
+    write_acquire: Script,
+    permits_acquire: Script,
+    member_release: Script,
+    member_extend: Script,
+    family_holders: Script,
 }
 
 impl Default for Scripts {
@@ -30,6 +36,12 @@ impl Default for Scripts {
             release: Script::from_lua(scripts::RELEASE),
             extend: Script::from_lua(scripts::EXTEND),
             leave: Script::from_lua(scripts::LEAVE),
+            read_acquire: Script::from_lua(scripts::READ_ACQUIRE),
+            write_acquire: Script::from_lua(scripts::WRITE_ACQUIRE),
+            permits_acquire: Script::from_lua(scripts::PERMITS_ACQUIRE),
+            member_release: Script::from_lua(scripts::MEMBER_RELEASE),
+            member_extend: Script::from_lua(scripts::MEMBER_EXTEND),
+            family_holders: Script::from_lua(scripts::FAMILY_HOLDERS),
         }
     }
 }
@@ -41,6 +53,47 @@ pub enum Fenced {
     Granted(u64),
     /// Held by someone else, for this much longer (`None`: no expiry).
     Held(Option<Duration>),
+}
+
+/// The lock family beyond the mutex: which primitive a grant is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// A read of a read-write lock.
+    Read,
+    /// A write of a read-write lock.
+    Write,
+    /// `count` permits of a semaphore of `limit`.
+    Permits {
+        /// Permits taken.
+        count: u32,
+        /// The semaphore's limit.
+        limit: u32,
+    },
+}
+
+impl Family {
+    /// The channel its releases are announced on.
+    pub fn channel(self, lock_key: &str) -> String {
+        match self {
+            Family::Read | Family::Write => scripts::rw_channel(lock_key),
+            Family::Permits { .. } => scripts::permits_channel(lock_key),
+        }
+    }
+
+    /// Whether a waiter of this primitive marks itself waiting (so that
+    /// others hold back for it, and it must leave when it gives up).
+    pub fn queues(self) -> bool {
+        self == Family::Write
+    }
+}
+
+/// A read-write lock's readers, writer and waiting writers beside `lock_key`.
+fn rw_keys(lock_key: &str) -> [String; 3] {
+    [
+        scripts::companion_key(lock_key, scripts::READERS_SUFFIX),
+        scripts::companion_key(lock_key, scripts::WRITER_SUFFIX),
+        scripts::companion_key(lock_key, scripts::WRITERS_WAITING_SUFFIX),
+    ]
 }
 
 /// What an unfenced (Redlock) acquire found on one node.
@@ -193,6 +246,197 @@ impl Scripts {
             .evalsha_with_reload(client, queue_keys(lock_key).to_vec(), vec![waiter.to_owned()])
             .await?;
         Ok(())
+    }
+}
+
+impl Scripts {
+    /// A grant of `family` on `lock_key`'s read-write lock or semaphore
+    /// ([`READ_ACQUIRE`](scripts::READ_ACQUIRE),
+    /// [`WRITE_ACQUIRE`](scripts::WRITE_ACQUIRE),
+    /// [`PERMITS_ACQUIRE`](scripts::PERMITS_ACQUIRE)); `waiter` marks a
+    /// refused writer waiting (with its window in ms).
+    ///
+    /// # Errors
+    ///
+    /// fred's, and a parse error for a reply of another shape.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire_family(
+        &self,
+        client: &Client,
+        family: Family,
+        lock_key: &str,
+        fence_key: &str,
+        value: &str,
+        ttl: Duration,
+        waiter: Option<(&str, u64)>,
+    ) -> Result<Fenced, FredError> {
+        let ms = millis(ttl).to_string();
+        let (script, keys, args) = match family {
+            Family::Read | Family::Write => {
+                let [readers, writer, waiting] = rw_keys(lock_key);
+                let keys = vec![readers, writer, waiting, fence_key.to_owned()];
+                if family == Family::Read {
+                    (&self.read_acquire, keys, vec![value.to_owned(), ms])
+                } else {
+                    let (id, window) = waiter.unwrap_or_default();
+                    let args = vec![value.to_owned(), ms, id.to_owned(), window.max(1).to_string()];
+                    (&self.write_acquire, keys, args)
+                }
+            }
+            Family::Permits { count, limit } => (
+                &self.permits_acquire,
+                vec![
+                    scripts::companion_key(lock_key, scripts::PERMITS_SUFFIX),
+                    fence_key.to_owned(),
+                ],
+                vec![
+                    scripts::permits_member(count, value),
+                    ms,
+                    count.to_string(),
+                    limit.to_string(),
+                ],
+            ),
+        };
+        let reply: Vec<i64> = script.evalsha_with_reload(client, keys, args).await?;
+        match reply.as_slice() {
+            [1, token] => u64::try_from(*token)
+                .map(Fenced::Granted)
+                .map_err(|_| parse_error(format!("negative fencing token {token}"))),
+            [0, ms] => Ok(Fenced::Held(pttl(*ms))),
+            other => Err(parse_error(format!("unexpected acquire reply {other:?}"))),
+        }
+    }
+
+    /// Releases a grant of `family`: 1 released, 0 already gone, -1 held
+    /// by someone else (a writer only), as [`release`](Self::release).
+    ///
+    /// # Errors
+    ///
+    /// fred's.
+    pub async fn release_family(
+        &self,
+        client: &Client,
+        family: Family,
+        lock_key: &str,
+        value: &str,
+    ) -> Result<i64, FredError> {
+        let channel = family.channel(lock_key);
+        match family {
+            Family::Write => {
+                let [_, writer, _] = rw_keys(lock_key);
+                self.release
+                    .evalsha_with_reload(client, vec![writer], vec![value.to_owned(), channel])
+                    .await
+            }
+            Family::Read => {
+                let [readers, _, _] = rw_keys(lock_key);
+                let args = vec![value.to_owned(), channel, "1".to_owned()];
+                self.member_release
+                    .evalsha_with_reload(client, vec![readers], args)
+                    .await
+            }
+            Family::Permits { count, .. } => {
+                let holders = scripts::companion_key(lock_key, scripts::PERMITS_SUFFIX);
+                let args = vec![scripts::permits_member(count, value), channel, "0".to_owned()];
+                self.member_release
+                    .evalsha_with_reload(client, vec![holders], args)
+                    .await
+            }
+        }
+    }
+
+    /// Extends a grant of `family`, as [`extend`](Self::extend).
+    ///
+    /// # Errors
+    ///
+    /// fred's.
+    pub async fn extend_family(
+        &self,
+        client: &Client,
+        family: Family,
+        lock_key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<i64, FredError> {
+        let ms = millis(ttl).to_string();
+        let (script, key, member) = match family {
+            Family::Write => (&self.extend, rw_keys(lock_key)[1].clone(), value.to_owned()),
+            Family::Read => (
+                &self.member_extend,
+                rw_keys(lock_key)[0].clone(),
+                value.to_owned(),
+            ),
+            Family::Permits { count, .. } => (
+                &self.member_extend,
+                scripts::companion_key(lock_key, scripts::PERMITS_SUFFIX),
+                scripts::permits_member(count, value),
+            ),
+        };
+        script
+            .evalsha_with_reload(client, vec![key], vec![member, ms])
+            .await
+    }
+
+    /// A waiting writer gives up: its mark out of the waiting writers.
+    ///
+    /// # Errors
+    ///
+    /// fred's.
+    pub async fn leave_family(&self, client: &Client, lock_key: &str, waiter: &str) -> Result<(), FredError> {
+        let [_, _, waiting] = rw_keys(lock_key);
+        let _: i64 = self
+            .leave
+            .evalsha_with_reload(client, vec![waiting.clone(), waiting], vec![waiter.to_owned()])
+            .await?;
+        Ok(())
+    }
+
+    /// Every holder of `lock_key`'s read-write lock (the `Write` value,
+    /// when one holds, then the `Read` ones) or semaphore (`Permits`, whose
+    /// `limit` is unknown here: 0), each with its value and remaining time
+    /// (`None`: no expiry); expired ones left out.
+    ///
+    /// # Errors
+    ///
+    /// fred's.
+    pub async fn family_holders(
+        &self,
+        client: &Client,
+        semaphore: bool,
+        lock_key: &str,
+    ) -> Result<Vec<(Family, String, Option<Duration>)>, FredError> {
+        let keys = if semaphore {
+            vec![scripts::companion_key(lock_key, scripts::PERMITS_SUFFIX)]
+        } else {
+            let [readers, writer, _] = rw_keys(lock_key);
+            vec![readers, writer]
+        };
+        let reply: Vec<Value> = self.family_holders.evalsha_with_reload(client, keys, ()).await?;
+        let mut found = Vec::new();
+        for entry in reply.chunks(3) {
+            let [kind, value, ms] = entry else {
+                return Err(parse_error(format!("unexpected holders reply {reply:?}")));
+            };
+            let (Some(kind), Some(value), Some(ms)) = (kind.as_string(), value.as_string(), ms.as_i64())
+            else {
+                return Err(parse_error(format!("unexpected holders entry {entry:?}")));
+            };
+            let family = match (kind.as_str(), semaphore) {
+                ("w", false) => (Family::Write, value),
+                ("m", false) => (Family::Read, value),
+                ("m", true) => {
+                    // A member is "<count> <value>"; another's is skipped.
+                    let Some((count, value)) = value.split_once(' ') else {
+                        continue;
+                    };
+                    let Ok(count) = count.parse() else { continue };
+                    (Family::Permits { count, limit: 0 }, value.to_owned())
+                }
+                _ => return Err(parse_error(format!("unexpected holders entry {entry:?}"))),
+            };
+            found.push((family.0, family.1, pttl(ms)));
+        }
+        Ok(found)
     }
 }
 

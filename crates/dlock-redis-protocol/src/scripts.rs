@@ -226,6 +226,239 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#;
 
+/// The start of every script that grants: the fence counter `KEYS[n]`
+/// checked (as [`ACQUIRE`] does) and the server's clock read; leaves
+/// `counter`, `now_us` and `now` (ms) for the rest of the script.
+macro_rules! granting_prelude {
+    ($fence:literal) => {
+        concat!(
+            "if redis.replicate_commands then redis.replicate_commands() end\n",
+            "local stored = redis.call('GET', KEYS[",
+            $fence,
+            "])\n",
+            "local counter = tonumber(stored) or 0\n",
+            "if counter ~= counter or counter < 0 or counter >= 9007199254740991 then\n",
+            "  return redis.error_reply('ERR dlock: the fence counter ' .. KEYS[",
+            $fence,
+            "] .. ' holds ' .. tostring(stored) .. ', not a token below 2^53')\n",
+            "end\n",
+            "local t = redis.call('TIME')\n",
+            "local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n",
+            "local now = math.floor(now_us / 1000)\n",
+            "local function grant()\n",
+            "  local token = math.max(counter + 1, now_us)\n",
+            "  redis.call('SET', KEYS[",
+            $fence,
+            "], string.format('%.0f', token), 'PX', 86400000)\n",
+            "  return token\n",
+            "end\n",
+            "local function live_until(key, ttl)\n",
+            "  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end\n",
+            "end\n",
+        )
+    };
+}
+
+/// A read of a read-write lock: granted unless a writer holds or a writer
+/// waits (so a stream of readers cannot starve a writer); a reader is a
+/// member of the readers' sorted set, scored by when it expires (server
+/// ms), and expired readers are dropped by every attempt.
+///
+/// `KEYS[1]` readers, `KEYS[2]` writer, `KEYS[3]` waiting writers (id by
+/// the server time past which each counts as gone), `KEYS[4]` fence
+/// counter; `ARGV[1]` value, `ARGV[2]` TTL in ms. Returns `{1, token}`, or
+/// `{0, ms}`: how long the writer (or the first waiting writer's window)
+/// has left (-1: a writer without expiry).
+pub const READ_ACQUIRE: &str = concat!(
+    granting_prelude!(4),
+    r#"
+local ttl = tonumber(ARGV[2])
+local w = redis.call('PTTL', KEYS[2])
+if w ~= -2 then return {0, w} end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local waiting = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if waiting[1] then return {0, math.max(1, tonumber(waiting[2]) - now)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+live_until(KEYS[1], ttl)
+return {1, grant()}
+"#
+);
+
+/// A write of a read-write lock: granted when no writer holds and no
+/// reader is left (expired readers dropped first). A waiting writer passes
+/// its id: a refused attempt marks it waiting (until now plus its window,
+/// `ARGV[4]` ms, as [`ACQUIRE`]'s queue), which holds new readers back; a
+/// grant clears its mark.
+///
+/// `KEYS` as [`READ_ACQUIRE`]; `ARGV[1]` value, `ARGV[2]` TTL in ms,
+/// `ARGV[3]` waiter id (empty: not waiting), `ARGV[4]` its window. Returns
+/// `{1, token}`, or `{0, ms}`: how long the writer, or the first reader to
+/// expire, has left (-1: no expiry).
+pub const WRITE_ACQUIRE: &str = concat!(
+    granting_prelude!(4),
+    r#"
+local ttl = tonumber(ARGV[2])
+local waiter = ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('PTTL', KEYS[2])
+if held == -2 then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[1] then held = math.max(1, tonumber(first[2]) - now) end
+end
+if held == -2 then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+  if waiter ~= '' then redis.call('ZREM', KEYS[3], waiter) end
+  return {1, grant()}
+end
+if waiter ~= '' then
+  local window = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], now + window, waiter)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  live_until(KEYS[3], window)
+end
+return {0, held}
+"#
+);
+
+/// `count` permits of a semaphore of `limit`: granted when the permits of
+/// the live holders plus `count` are at most `limit`. A holder is a member
+/// `"<count> <value>"` of the holders' sorted set, scored by when it
+/// expires (server ms); expired holders are dropped by every attempt, so
+/// a crashed holder's permits come back at its TTL.
+///
+/// `KEYS[1]` holders, `KEYS[2]` fence counter; `ARGV[1]` member, `ARGV[2]`
+/// TTL in ms, `ARGV[3]` count, `ARGV[4]` limit. Returns `{1, token}`, or
+/// `{0, ms}`: how long the first holder to expire has left.
+pub const PERMITS_ACQUIRE: &str = concat!(
+    granting_prelude!(2),
+    r#"
+local ttl, count, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local used = 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  used = used + (tonumber(string.match(m, '^(%d+) ')) or 1)
+end
+if used + count <= limit then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  live_until(KEYS[1], ttl)
+  return {1, grant()}
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {0, math.max(1, tonumber(first[2]) - now)}
+"#
+);
+
+/// A reader or a permit holder leaves: its member out of the sorted set
+/// `KEYS[1]`, announced on the channel `ARGV[2]` (to everyone: any release
+/// may admit several waiters); with `ARGV[3]` = `1` only when no live
+/// member is left (a reader's release can admit only a writer, and only
+/// the last one's does). `ARGV[1]` the member. Returns 1 released, 0
+/// already gone or expired.
+pub const MEMBER_RELEASE: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[3] ~= '1' or redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0 then
+  redis.call('PUBLISH', ARGV[2], '*')
+end
+if tonumber(score) <= now then return 0 end
+return 1
+"#;
+
+/// A reader or a permit holder extends: its member's expiry moved to now
+/// plus `ARGV[2]` ms, unless it is gone or expired (never re-created).
+/// `KEYS[1]` the sorted set, `ARGV[1]` the member. Returns 1 extended, 0
+/// gone.
+pub const MEMBER_EXTEND: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(score) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"#;
+
+/// Every live holder of a read-write lock or a semaphore, for operators
+/// (read-only). `KEYS[1]` readers or holders (sorted set), optional
+/// `KEYS[2]` writer. Returns `{kind, value or member, ms left, ...}`, kind
+/// `w` for the writer (ms -1: no expiry) and `m` for a member.
+pub const FAMILY_HOLDERS: &str = r#"
+local out = {}
+if KEYS[2] then
+  local v = redis.call('GET', KEYS[2])
+  if v then
+    table.insert(out, 'w')
+    table.insert(out, v)
+    table.insert(out, redis.call('PTTL', KEYS[2]))
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local all = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #all, 2 do
+  table.insert(out, 'm')
+  table.insert(out, all[i])
+  table.insert(out, tonumber(all[i + 1]) - now)
+end
+return out
+"#;
+
+/// The suffix of a read-write lock's readers (a sorted set: value by
+/// expiry, server ms).
+pub const READERS_SUFFIX: &str = ":dlock-readers";
+
+/// The suffix of a read-write lock's writer (a string with the writer's
+/// value and TTL, as a mutex's lock key).
+pub const WRITER_SUFFIX: &str = ":dlock-writer";
+
+/// The suffix of a read-write lock's waiting writers (a sorted set: waiter
+/// id by the server time, in ms, past which it counts as gone).
+pub const WRITERS_WAITING_SUFFIX: &str = ":dlock-wwait";
+
+/// The suffix of a semaphore's holders (a sorted set: `"<count> <value>"`
+/// by expiry, server ms).
+pub const PERMITS_SUFFIX: &str = ":dlock-permits";
+
+/// The release channel of a read-write lock (its own prefix, so no
+/// mutex's channel can be it).
+pub fn rw_channel(lock_key: &str) -> String {
+    format!("dlock:released-rw:{lock_key}")
+}
+
+/// The release channel of a semaphore.
+pub fn permits_channel(lock_key: &str) -> String {
+    format!("dlock:released-sem:{lock_key}")
+}
+
+/// A semaphore holder's member: its count and its value.
+pub fn permits_member(count: u32, value: &str) -> String {
+    format!("{count} {value}")
+}
+
+/// The name whose read-write lock or semaphore `key` belongs to, for a key
+/// holding one of their suffixes (`{dlock:job}:dlock-readers` is
+/// `dlock:job`'s); `None` for any other key.
+pub fn family_owner(key: &str) -> Option<&str> {
+    let base = [READERS_SUFFIX, WRITER_SUFFIX, PERMITS_SUFFIX]
+        .iter()
+        .find_map(|s| key.strip_suffix(s))?;
+    match base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
+        Some(inner) if !inner.contains('}') => Some(inner),
+        _ => hash_tag(base).is_some().then_some(base),
+    }
+}
+
 /// The suffix of fence counter keys.
 pub const FENCE_SUFFIX: &str = ":dlock-fence";
 
@@ -250,7 +483,15 @@ pub fn companion_key(lock_key: &str, suffix: &str) -> String {
 /// The suffixes of the companion keys; a lock key holding one could *be*
 /// another lock's companion (`{u}a:dlock-fence` is the fence counter of
 /// `{u}a`).
-pub const SUFFIXES: [&str; 3] = [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX];
+pub const SUFFIXES: [&str; 7] = [
+    FENCE_SUFFIX,
+    QUEUE_SUFFIX,
+    SEEN_SUFFIX,
+    READERS_SUFFIX,
+    WRITER_SUFFIX,
+    WRITERS_WAITING_SUFFIX,
+    PERMITS_SUFFIX,
+];
 
 /// `Err(reason)` when `lock_key` could collide with the layout's own
 /// companion keys.

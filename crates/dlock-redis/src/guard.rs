@@ -7,6 +7,7 @@ use dlock_core::driver::{Kept, Validity};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 
 use dlock_redis_protocol::Outcome;
+use dlock_redis_protocol::calls::Family;
 
 use crate::error::BACKEND;
 use crate::protocol::{Conn, MIN_TTL};
@@ -25,6 +26,8 @@ use crate::protocol::{Conn, MIN_TTL};
 pub struct RedisGuard {
     conn: Arc<Conn>,
     key: LockKey,
+    /// What it holds: the mutex (`None`), a read, a write or permits.
+    kind: Option<Family>,
     /// Shared with the keeper's renewal (one copy per guard).
     lock_key: Arc<str>,
     value: Arc<str>,
@@ -39,6 +42,7 @@ impl RedisGuard {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         conn: Arc<Conn>,
+        kind: Option<Family>,
         key: LockKey,
         lock_key: Arc<str>,
         value: Arc<str>,
@@ -67,7 +71,7 @@ impl RedisGuard {
                     let (c, k, v) = (c.upgrade(), Arc::clone(&k), Arc::clone(&v));
                     Box::pin(async move {
                         let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the RedisLock is gone"))?;
-                        c.extend(&k, &v, ttl).await.map(Outcome::refusal)
+                        c.extend(kind, &k, &v, ttl).await.map(Outcome::refusal)
                     })
                 }),
                 move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
@@ -76,6 +80,7 @@ impl RedisGuard {
         RedisGuard {
             conn,
             key,
+            kind,
             lock_key,
             value,
             token,
@@ -86,7 +91,8 @@ impl RedisGuard {
         }
     }
 
-    /// The Redis key this guard holds.
+    /// The Redis key this guard holds (a read-write lock's or a
+    /// semaphore's keys sit beside it: see the crate docs).
     pub fn redis_key(&self) -> &str {
         &self.lock_key
     }
@@ -138,7 +144,10 @@ impl Guard for RedisGuard {
         let ttl = ttl.max(MIN_TTL);
         let _permit = self.validity.renewal().await;
         let sent = Instant::now();
-        let outcome = self.conn.extend(&self.lock_key, &self.value, ttl).await?;
+        let outcome = self
+            .conn
+            .extend(self.kind, &self.lock_key, &self.value, ttl)
+            .await?;
         match outcome.refusal() {
             Ok(()) => {
                 self.validity.renewed(sent, ttl);
@@ -169,7 +178,7 @@ impl Guard for RedisGuard {
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
         // On an error (or a dropped future), Drop retries in the background.
-        let outcome = match self.conn.release(&self.lock_key, &self.value).await {
+        let outcome = match self.conn.release(self.kind, &self.lock_key, &self.value).await {
             Ok(outcome) => outcome,
             Err(e) => return dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), Err(e)),
         };
@@ -193,6 +202,7 @@ impl Drop for RedisGuard {
         if !self.released {
             release_in_background(
                 &self.conn,
+                self.kind,
                 Arc::clone(&self.lock_key),
                 Arc::clone(&self.value),
                 self.validity.deadline(),
@@ -204,7 +214,13 @@ impl Drop for RedisGuard {
 /// Releases in the background (drops, failed releases, attempts whose
 /// reply was lost), retrying until `until` (past it the key expires on its
 /// own).
-pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: Arc<str>, value: Arc<str>, until: Instant) {
+pub(crate) fn release_in_background(
+    conn: &Arc<Conn>,
+    kind: Option<Family>,
+    lock_key: Arc<str>,
+    value: Arc<str>,
+    until: Instant,
+) {
     if conn.is_abandoned() {
         return;
     }
@@ -215,7 +231,7 @@ pub(crate) fn release_in_background(conn: &Arc<Conn>, lock_key: Arc<str>, value:
         move || gone.is_abandoned(),
         move || {
             let (conn, lock_key, value) = (Arc::clone(&conn), Arc::clone(&lock_key), Arc::clone(&value));
-            async move { conn.release(&lock_key, &value).await.map(drop) }
+            async move { conn.release(kind, &lock_key, &value).await.map(drop) }
         },
     );
 }

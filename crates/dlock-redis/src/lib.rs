@@ -49,11 +49,26 @@
 //!   free key before the named waiter retries.
 //! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`; the local
 //!   deadline runs from the acquire's send time minus drift.
+//! - **read-write lock** (keys beside the lock key, in its hash slot):
+//!   readers are members of the sorted set `{KEY}:dlock-readers`, scored by
+//!   when each expires (server time, so a crashed reader drops out at its
+//!   TTL); the writer is the string `{KEY}:dlock-writer`, set when no
+//!   writer holds and no live reader is left. A writer refused while
+//!   waiting marks itself in `{KEY}:dlock-wwait` (until its window runs
+//!   out), and readers are refused while a live mark is there, so a
+//!   stream of readers cannot starve a writer.
+//! - **semaphore**: holders are members `"<count> <value>"` of the sorted
+//!   set `{KEY}:dlock-permits`, scored by expiry; a grant needs the live
+//!   members' counts plus its own to be at most the limit. Not FIFO.
+//! - Reads, writes and permits take their tokens from the name's fence
+//!   counter, like the mutex; their releases wake every waiter of the name
+//!   (`*`), since one release can admit several. [`RedisLock::holders`]
+//!   lists every holder of a name.
 //!
 //! ## Guarantees
 //!
 //! - [`Capabilities`](dlock_core::Capabilities): strict fencing, not FIFO,
-//!   notified waiting.
+//!   notified waiting; read-write locks and semaphores.
 //! - Fencing tokens increase across a restart without persistence, a
 //!   restart from a snapshot older than the last grant, and a failover to a
 //!   replica that missed the last grants (all three tested): the clock term

@@ -7,7 +7,7 @@ use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
-use dlock_redis_protocol::calls::Fenced;
+use dlock_redis_protocol::calls::{Family, Fenced};
 use dlock_redis_protocol::host_name;
 use dlock_redis_protocol::notices::Waiters;
 use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX};
@@ -70,10 +70,14 @@ enum Attempt {
     },
 }
 
-/// Who holds a key, for operators: see [`RedisLock::holder`].
+/// Who holds a key, for operators: see [`RedisLock::holder`] and
+/// [`RedisLock::holders`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    /// The raw value of the lock key.
+    /// What it holds: the mutex, a read, the write, permits.
+    pub role: dlock_core::Role,
+    /// The raw value of the lock key (of a reader or permit holder: its
+    /// value in the sorted set).
     pub value: String,
     /// The holder's host, pid and acquire time, when dlock wrote the value
     /// (`None` for a lock set by another client).
@@ -177,11 +181,49 @@ impl RedisLock {
             return Ok(None);
         };
         Ok(Some(Holder {
+            role: dlock_core::Role::Mutex,
             info: scripts::parse_value(&held.value),
             value: held.value,
             remaining: held.remaining,
             fence_counter: held.fence_counter,
         }))
+    }
+
+    /// Every holder of anything named `key`: the mutex's (as
+    /// [`holder`](Self::holder)), then the read-write lock's writer and
+    /// readers, then the semaphore's permit holders. Expired readers and
+    /// permits are left out; their fence counter is the name's.
+    ///
+    /// # Errors
+    ///
+    /// As [`holder`](Self::holder).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let lock_key = self.redis_key(key)?;
+        let mut all: Vec<Holder> = self.holder(key).await?.into_iter().collect();
+        let fence_counter = match &all[..] {
+            [mutex] => mutex.fence_counter,
+            _ => self.inner.conn.fence_counter(&lock_key).await?,
+        };
+        for semaphore in [false, true] {
+            for (family, value, remaining) in self.inner.conn.family_holders(semaphore, &lock_key).await? {
+                all.push(Holder {
+                    role: match family {
+                        Family::Read => dlock_core::Role::Read,
+                        Family::Write => dlock_core::Role::Write,
+                        Family::Permits { count, .. } => dlock_core::Role::Permits(count),
+                    },
+                    info: scripts::parse_value(&value),
+                    value,
+                    remaining,
+                    fence_counter,
+                });
+            }
+        }
+        Ok(all)
     }
 
     /// The lock keys (without the configured prefix) that are held now and
@@ -237,6 +279,7 @@ impl RedisLock {
     /// background, so a grant nobody receives does not outlive the call.
     async fn attempt(
         &self,
+        kind: Option<Family>,
         lock_key: &str,
         fence_key: &str,
         ttl: Duration,
@@ -249,6 +292,7 @@ impl RedisLock {
         let cleanup = OnDrop::new((), |()| {
             release_in_background(
                 &self.inner.conn,
+                kind,
                 lock_key.into(),
                 Arc::clone(&value),
                 saturating_add(Instant::now(), ttl),
@@ -259,7 +303,14 @@ impl RedisLock {
         let found = self
             .inner
             .conn
-            .acquire(lock_key, fence_key, &value, ttl, waiter.map(|w| (w, window)))
+            .acquire(
+                kind,
+                lock_key,
+                fence_key,
+                &value,
+                ttl,
+                waiter.map(|w| (w, window)),
+            )
             .await?;
         cleanup.disarm();
         Ok(match found {
@@ -273,13 +324,13 @@ impl RedisLock {
     }
 
     /// Takes a waiter out of its key's queue, in the background (it gave up).
-    fn leave_in_background(&self, lock_key: &str, waiter: String) {
+    fn leave_in_background(&self, kind: Option<Family>, lock_key: &str, waiter: String) {
         if self.is_abandoned() {
             return;
         }
         let (conn, lock_key) = (Arc::clone(&self.inner.conn), lock_key.to_owned());
         dlock_core::driver::spawn_detached("redis: leave a waiter queue", async move {
-            let _ = conn.leave(&lock_key, &waiter).await;
+            let _ = conn.leave(kind, &lock_key, &waiter).await;
         });
     }
 }
@@ -311,6 +362,8 @@ impl Lock for RedisLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL)
+            .with_read_write()
+            .with_semaphores()
     }
 
     /// See [`Lock::acquire`]. One script per attempt; a waiter subscribes to
@@ -329,12 +382,72 @@ impl Lock for RedisLock {
     /// Cancel safe: a dropped call sends a compare-value release for an
     /// attempt whose answer it did not see, and gives up its subscription.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(None, key, opts)).await
+    }
+
+    /// See [`Lock::acquire_read`]: a member of the sorted set
+    /// `{KEY}:dlock-readers`, scored by when it expires (server time);
+    /// granted unless a writer holds or waits (a stream of readers cannot
+    /// starve a writer). The token is the next of the name's fence counter.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Some(Family::Read), key, opts)).await
+    }
+
+    /// See [`Lock::acquire_write`]: the string `{KEY}:dlock-writer`, set
+    /// when no writer holds and no reader is left; a refused waiter marks
+    /// itself waiting (`{KEY}:dlock-wwait`, until its window runs out), which
+    /// holds new readers back.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire); a dropped waiter also takes its
+    /// waiting mark back (in the background; its window is the backstop).
+    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
+        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Some(Family::Write), key, opts)).await
+    }
+
+    /// See [`Lock::acquire_permits`]: a member `"<count> <value>"` of the
+    /// sorted set `{KEY}:dlock-permits`, scored by when it expires; granted
+    /// when the live members' counts plus `count` are at most `limit`.
+    /// Waiters are not served in order: a request for many permits can
+    /// wait behind a stream of small ones.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
+    /// `1 <= count <= limit`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+    ) -> Result<RedisGuard> {
+        dlock_core::driver::check_permits(count, limit)?;
+        let take = self.take(Some(Family::Permits { count, limit }), key, opts);
+        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
     }
 }
 
 impl RedisLock {
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
+    /// Takes `key` as `kind` (`None`: the mutex).
+    async fn take(&self, kind: Option<Family>, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
         self.check_up()?;
         let started = Instant::now();
         let lock_key = self.redis_key(key)?;
@@ -348,6 +461,7 @@ impl RedisLock {
         let grant = |attempt| match attempt {
             Attempt::Granted { token, value, sent } => Some(RedisGuard::new(
                 Arc::clone(&self.inner.conn),
+                kind,
                 key.clone(),
                 lock_key.as_str().into(),
                 value,
@@ -358,7 +472,7 @@ impl RedisLock {
             )),
             Attempt::Held { .. } => None,
         };
-        let first = self.attempt(&lock_key, &fence_key, ttl, None).await?;
+        let first = self.attempt(kind, &lock_key, &fence_key, ttl, None).await?;
         if let granted @ Attempt::Granted { .. } = first {
             return grant(granted).ok_or_else(timeout);
         }
@@ -369,11 +483,21 @@ impl RedisLock {
         let waiting = self
             .inner
             .waiters
-            .wait_on(scripts::channel(&lock_key), deadline)
+            .wait_on(
+                kind.map_or_else(|| scripts::channel(&lock_key), |f| f.channel(&lock_key)),
+                deadline,
+            )
             .await;
-        // Queued from the next attempt on; out of the queue again on a grant
-        // (by the script) or when this call ends otherwise (here).
-        let queued = OnDrop::new((), |()| self.leave_in_background(&lock_key, waiting.id.clone()));
+        // Queued (a mutex) or marked waiting (a write) from the next attempt
+        // on; out again on a grant (by the script) or when this call ends
+        // otherwise (here). Readers and permits are neither.
+        let queues = kind.is_none_or(Family::queues);
+        let waiter = queues.then_some(waiting.id.as_str());
+        let queued = OnDrop::new((), |()| {
+            if queues {
+                self.leave_in_background(kind, &lock_key, waiting.id.clone());
+            }
+        });
         loop {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -382,10 +506,7 @@ impl RedisLock {
             let notified = waiting.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let pttl = match self
-                .attempt(&lock_key, &fence_key, ttl, Some(&waiting.id))
-                .await?
-            {
+            let pttl = match self.attempt(kind, &lock_key, &fence_key, ttl, waiter).await? {
                 Attempt::Held { pttl } => pttl,
                 granted => {
                     queued.disarm();

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::Outcome;
-use dlock_redis_protocol::calls::{Fenced, Scripts};
-use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX};
+use dlock_redis_protocol::calls::{Family, Fenced, Scripts};
+use dlock_redis_protocol::scripts;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Builder;
@@ -116,46 +116,81 @@ impl Conn {
         let _ = self.subscriber.quit().await;
     }
 
-    /// One fenced `SET NX PX` attempt (see `ACQUIRE`); `waiter` (its id and
-    /// window in ms) queues it if the key is held.
+    /// One fenced attempt at `kind` (`None`: the mutex, see `ACQUIRE`;
+    /// else a read, a write or permits); `waiter` (its id and window in ms)
+    /// queues it (a mutex) or marks it waiting (a write) if refused.
     pub(crate) async fn acquire(
         &self,
+        kind: Option<Family>,
         lock_key: &str,
         fence_key: &str,
         value: &str,
         ttl: Duration,
         waiter: Option<(&str, u64)>,
     ) -> Result<Fenced> {
-        self.scripts
-            .acquire(&self.client, lock_key, fence_key, value, ttl, waiter)
-            .await
-            .map_err(map_err)
+        let client = &self.client;
+        match kind {
+            None => {
+                self.scripts
+                    .acquire(client, lock_key, fence_key, value, ttl, waiter)
+                    .await
+            }
+            Some(f) => {
+                self.scripts
+                    .acquire_family(client, f, lock_key, fence_key, value, ttl, waiter)
+                    .await
+            }
+        }
+        .map_err(map_err)
     }
 
-    /// The compare-value release, announced to waiters.
-    pub(crate) async fn release(&self, lock_key: &str, value: &str) -> Result<Outcome> {
-        let reply = self
-            .scripts
-            .release(&self.client, lock_key, value)
-            .await
-            .map_err(map_err)?;
+    /// The compare-value release of `kind`, announced to waiters.
+    pub(crate) async fn release(&self, kind: Option<Family>, lock_key: &str, value: &str) -> Result<Outcome> {
+        let client = &self.client;
+        let reply = match kind {
+            None => self.scripts.release(client, lock_key, value).await,
+            Some(f) => self.scripts.release_family(client, f, lock_key, value).await,
+        }
+        .map_err(map_err)?;
         Outcome::from_reply(BACKEND, reply)
     }
 
-    /// The compare-value `PEXPIRE`.
-    pub(crate) async fn extend(&self, lock_key: &str, value: &str, ttl: Duration) -> Result<Outcome> {
-        let reply = self
-            .scripts
-            .extend(&self.client, lock_key, value, ttl)
-            .await
-            .map_err(map_err)?;
+    /// The compare-value extend of `kind`.
+    pub(crate) async fn extend(
+        &self,
+        kind: Option<Family>,
+        lock_key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<Outcome> {
+        let client = &self.client;
+        let reply = match kind {
+            None => self.scripts.extend(client, lock_key, value, ttl).await,
+            Some(f) => self.scripts.extend_family(client, f, lock_key, value, ttl).await,
+        }
+        .map_err(map_err)?;
         Outcome::from_reply(BACKEND, reply)
     }
 
-    /// A waiter gives up its place in the queue.
-    pub(crate) async fn leave(&self, lock_key: &str, waiter: &str) -> Result<()> {
+    /// A waiter of `kind` gives up its place in the queue (a mutex) or its
+    /// waiting mark (a write).
+    pub(crate) async fn leave(&self, kind: Option<Family>, lock_key: &str, waiter: &str) -> Result<()> {
+        match kind {
+            None => self.scripts.leave(&self.client, lock_key, waiter).await,
+            Some(_) => self.scripts.leave_family(&self.client, lock_key, waiter).await,
+        }
+        .map_err(map_err)
+    }
+
+    /// Every live holder of `lock_key`'s read-write lock or (`semaphore`)
+    /// semaphore: its primitive, value and remaining time.
+    pub(crate) async fn family_holders(
+        &self,
+        semaphore: bool,
+        lock_key: &str,
+    ) -> Result<Vec<(Family, String, Option<Duration>)>> {
         self.scripts
-            .leave(&self.client, lock_key, waiter)
+            .family_holders(&self.client, semaphore, lock_key)
             .await
             .map_err(map_err)
     }
@@ -167,10 +202,7 @@ impl Conn {
         let value: Option<String> = client.get(lock_key).await.map_err(map_err)?;
         let Some(value) = value else { return Ok(None) };
         let pttl: i64 = client.pttl(lock_key).await.map_err(map_err)?;
-        let fence_counter: Option<u64> = match scripts::fence_key(lock_key) {
-            Some(k) => client.get(k).await.map_err(map_err)?,
-            None => None,
-        };
+        let fence_counter = self.fence_counter(lock_key).await?;
         Ok(Some(HeldBy {
             value,
             remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
@@ -178,8 +210,17 @@ impl Conn {
         }))
     }
 
-    /// Every lock key starting with `start` (companion keys left out),
-    /// sorted; on a cluster, from every primary.
+    /// The fence counter of `lock_key`'s name, if it has one.
+    pub(crate) async fn fence_counter(&self, lock_key: &str) -> Result<Option<u64>> {
+        match scripts::fence_key(lock_key) {
+            Some(k) => self.client.get(k).await.map_err(map_err),
+            None => Ok(None),
+        }
+    }
+
+    /// Every lock key starting with `start` (companion keys left out; a
+    /// read-write lock or a semaphore as its lock key), sorted; on a
+    /// cluster, from every primary.
     pub(crate) async fn lock_keys(&self, start: &str, cluster: bool) -> Result<Vec<String>> {
         let mut pattern = String::with_capacity(start.len() + 1);
         for c in start.chars() {
@@ -189,23 +230,27 @@ impl Conn {
             pattern.push(c);
         }
         pattern.push('*');
+        // The family's keys of an untagged lock key are `{<lock key>}:...`.
+        let patterns = [pattern.clone(), format!("{{{pattern}")];
         let client = &self.client;
-        let mut stream = if cluster {
-            client.scan_cluster_buffered(pattern, Some(500), None).boxed()
-        } else {
-            client.scan_buffered(pattern, Some(500), None).boxed()
-        };
         let mut keys = Vec::new();
-        while let Some(key) = stream.next().await {
-            let key = key.map_err(map_err)?;
-            let Some(name) = key.as_str() else { continue };
-            if [FENCE_SUFFIX, QUEUE_SUFFIX, SEEN_SUFFIX]
-                .iter()
-                .any(|s| name.ends_with(s))
-            {
-                continue;
+        for pattern in patterns {
+            let mut stream = if cluster {
+                client.scan_cluster_buffered(pattern, Some(500), None).boxed()
+            } else {
+                client.scan_buffered(pattern, Some(500), None).boxed()
+            };
+            while let Some(key) = stream.next().await {
+                let key = key.map_err(map_err)?;
+                let Some(name) = key.as_str() else { continue };
+                match scripts::family_owner(name) {
+                    Some(owner) if owner.starts_with(start) => keys.push(owner.to_owned()),
+                    Some(_) => {}
+                    None if scripts::SUFFIXES.iter().any(|s| name.ends_with(s)) => {}
+                    None if name.starts_with(start) => keys.push(name.to_string()),
+                    None => {}
+                }
             }
-            keys.push(name.to_owned());
         }
         keys.sort();
         keys.dedup();

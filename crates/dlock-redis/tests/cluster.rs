@@ -21,16 +21,11 @@ async fn factory() -> common::RedisFactory {
 // past any proxy in front of the first one.
 dlock_testkit::conformance_tests!(factory, skip: [
     fifo_waiters,
+    unoffered_primitives_are_refused,
     cancelled_acquire_in_flight_leaves_nothing,
     failed_release_is_not_ok,
     unreachable_backend_is_unavailable,
     dead_link_fires_lost_in_time,
-    read_write_readers_share_writers_exclude,
-    read_write_waiting_writer_not_starved,
-    read_write_expired_reader_lets_the_writer_in,
-    semaphore_admits_up_to_its_limit,
-    semaphore_never_over_admits,
-    semaphore_expired_permit_passes_on,
 ]);
 
 /// Keys of one namespace really do land on different masters (so the kit

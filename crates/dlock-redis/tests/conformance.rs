@@ -8,10 +8,5 @@ async fn factory() -> common::RedisFactory {
 
 dlock_testkit::conformance_tests!(factory, skip: [
     fifo_waiters,
-    read_write_readers_share_writers_exclude,
-    read_write_waiting_writer_not_starved,
-    read_write_expired_reader_lets_the_writer_in,
-    semaphore_admits_up_to_its_limit,
-    semaphore_never_over_admits,
-    semaphore_expired_permit_passes_on,
+    unoffered_primitives_are_refused,
 ]);

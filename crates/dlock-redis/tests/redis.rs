@@ -734,3 +734,66 @@ async fn one_keeper_task_renews_every_guard_of_a_handle() {
         g.release().await.unwrap();
     }
 }
+
+/// The operator views know the read-write lock and the semaphore: every
+/// holder of a name is listed with what it holds, and the name is in use
+/// while any of them holds. A writer that crashed while waiting holds new
+/// readers back only until its window runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_and_semaphore_holders_are_listed_and_a_crashed_writers_mark_lapses() {
+    use dlock_core::Role;
+    let server = Redis::start().await.unwrap();
+    // The default request timeout (2 s) gives a waiter a window of 8.3 s.
+    let config = RedisConfig::from_url(server.url());
+    let (a, b) = (
+        RedisLock::connect(config.clone()).await.unwrap(),
+        RedisLock::connect(config.clone()).await.unwrap(),
+    );
+    let k = key("family");
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(20));
+    let r1 = a.acquire_read(&k, opts).await.unwrap();
+    let r2 = b.acquire_read(&k, opts).await.unwrap();
+    let p = a.acquire_permits(&k, 2, 3, opts).await.unwrap();
+    let holders = a.holders(&k).await.unwrap();
+    let roles: Vec<Role> = holders.iter().map(|h| h.role).collect();
+    assert_eq!(roles, [Role::Read, Role::Read, Role::Permits(2)], "{holders:?}");
+    for h in &holders {
+        assert_eq!(h.info.as_ref().unwrap().pid, std::process::id());
+        assert!(h.remaining.unwrap() <= Duration::from_secs(20));
+        assert_eq!(h.fence_counter, p.token().map(|t| t.get()));
+    }
+    assert_eq!(a.keys_in_use("").await.unwrap(), vec!["family".to_owned()]);
+
+    // A writer waits (marked), then its process dies.
+    let w = RedisLock::connect(config).await.unwrap();
+    let waiting = tokio::spawn({
+        let (w, k) = (w.clone(), k.clone());
+        async move { w.acquire_write(&k, opts.wait(Wait::Forever)).await.map(drop) }
+    });
+    let wwait = "{dlock:family}:dlock-wwait";
+    until("the writer's waiting mark", async || {
+        command(addr(&server), &["ZCARD", wwait]).await.unwrap() == ":1"
+    })
+    .await;
+    w.abandon().await;
+    waiting.abort();
+    let now = opts.wait(Wait::No);
+    assert!(
+        matches!(b.acquire_read(&k, now).await, Err(Error::Timeout { .. })),
+        "a reader came in past a waiting writer's mark"
+    );
+    until(
+        "a reader once the dead writer's window ran out",
+        async || match b.acquire_read(&k, now).await {
+            Ok(g) => g.release().await.is_ok(),
+            Err(Error::Timeout { .. }) => false,
+            Err(e) => panic!("{e:?}"),
+        },
+    )
+    .await;
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    p.release().await.unwrap();
+    assert!(a.holders(&k).await.unwrap().is_empty());
+    assert!(a.keys_in_use("").await.unwrap().is_empty());
+}
