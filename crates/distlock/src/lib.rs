@@ -111,6 +111,8 @@ pub async fn connect_url(url: &str) -> Result<AnyLock> {
 /// Who holds a lock, as far as the backend can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
+    /// What it holds: the mutex, a read, the write, permits.
+    pub role: dlock_core::Role,
     /// The holder's key or node in the backend.
     pub id: String,
     /// What the holder wrote: host, pid, acquire time (for dlock holders).
@@ -142,6 +144,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
         Config::Redis(c) => {
             let lock = dlock_redis::RedisLock::connect(c.clone()).await?;
             Ok(lock.holder(key).await?.map(|h| Holder {
+                role: h.role,
                 id: lock.redis_key(key).unwrap_or_default(),
                 detail: h.value.clone(),
                 token: h.fence_counter,
@@ -153,6 +156,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
         Config::Etcd(c) => {
             let lock = dlock_etcd::EtcdLock::connect(c.clone()).await?;
             Ok(lock.holder(key).await?.map(|h| Holder {
+                role: h.role,
                 since: since_from_detail(&h.value),
                 id: h.key,
                 detail: h.value,
@@ -164,6 +168,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
         Config::Zk(c) => {
             let lock = dlock_zk::ZkLock::connect(c.clone()).await?;
             Ok(lock.holder(key).await?.map(|h| Holder {
+                role: h.role,
                 since: since_from_detail(&h.data),
                 id: h.node,
                 detail: h.data,
@@ -173,6 +178,84 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
         }
         #[cfg(feature = "redlock")]
         Config::Redlock(_) => Ok(None),
+        other => Err(Error::InvalidConfig(format!(
+            "the {0} backend is not built in: enable the cargo feature `{0}` of distlock",
+            other.backend()
+        ))),
+    }
+}
+
+/// Every holder of anything named `key` on the backend `config` names: the
+/// mutex's, the read-write lock's writer or readers, the semaphore's permit
+/// holders (waiters left out), each with its [`Role`](dlock_core::Role).
+/// Empty if nobody holds, or if the backend cannot tell (`mem`, `redlock`).
+///
+/// # Errors
+///
+/// As [`holder`].
+///
+/// # Cancel safety
+///
+/// Read-only; safe to drop at any point.
+pub async fn holders(config: &Config, key: &LockKey) -> Result<Vec<Holder>> {
+    let _ = key;
+    #[allow(unreachable_patterns)]
+    match config {
+        Config::Mem => Ok(Vec::new()),
+        #[cfg(feature = "redis")]
+        Config::Redis(c) => {
+            let lock = dlock_redis::RedisLock::connect(c.clone()).await?;
+            let id = lock.redis_key(key).unwrap_or_default();
+            Ok(lock
+                .holders(key)
+                .await?
+                .into_iter()
+                .map(|h| Holder {
+                    role: h.role,
+                    id: id.clone(),
+                    since: h.since(),
+                    detail: h.value,
+                    token: h.fence_counter,
+                    remaining: h.remaining,
+                })
+                .collect())
+        }
+        #[cfg(feature = "etcd")]
+        Config::Etcd(c) => {
+            let lock = dlock_etcd::EtcdLock::connect(c.clone()).await?;
+            Ok(lock
+                .holders(key)
+                .await?
+                .into_iter()
+                .map(|h| Holder {
+                    role: h.role,
+                    since: since_from_detail(&h.value),
+                    id: h.key,
+                    detail: h.value,
+                    token: u64::try_from(h.create_revision).ok(),
+                    remaining: None,
+                })
+                .collect())
+        }
+        #[cfg(feature = "zk")]
+        Config::Zk(c) => {
+            let lock = dlock_zk::ZkLock::connect(c.clone()).await?;
+            Ok(lock
+                .holders(key)
+                .await?
+                .into_iter()
+                .map(|h| Holder {
+                    role: h.role,
+                    since: since_from_detail(&h.data),
+                    id: h.node,
+                    detail: h.data,
+                    token: u64::try_from(h.czxid).ok(),
+                    remaining: None,
+                })
+                .collect())
+        }
+        #[cfg(feature = "redlock")]
+        Config::Redlock(_) => Ok(Vec::new()),
         other => Err(Error::InvalidConfig(format!(
             "the {0} backend is not built in: enable the cargo feature `{0}` of distlock",
             other.backend()

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Wait};
+use distlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Role, Wait};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command as Child;
@@ -175,6 +175,14 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
+fn holders_of(n: usize) -> String {
+    if n == 1 {
+        "1 holder".to_owned()
+    } else {
+        format!("{n} holders")
+    }
+}
+
 fn describe(h: &distlock::Holder) -> String {
     let mut s = format!("{} ({})", printable(&h.id), printable(&h.detail));
     if let Some(t) = h.token {
@@ -284,16 +292,27 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
         Ok(k) => k,
         Err(e) => return fail(exit::USAGE, e),
     };
-    match distlock::holder(config, &key).await {
-        Ok(Some(h)) => {
-            println!("{key} is held by {}", describe(&h));
-            ExitCode::SUCCESS
-        }
-        Ok(None) => {
+    match distlock::holders(config, &key).await {
+        Ok(all) if all.is_empty() => {
             println!(
                 "{key} is not held (or the {} backend cannot tell)",
                 config.backend()
             );
+            ExitCode::SUCCESS
+        }
+        // One line for a mutex's holder, as always; a line per holder of
+        // a read-write lock or semaphore.
+        Ok(all) => {
+            if let [h] = &all[..]
+                && h.role == Role::Mutex
+            {
+                println!("{key} is held by {}", describe(h));
+            } else {
+                println!("{key} is held by {}:", holders_of(all.len()));
+                for h in &all {
+                    println!("  {}: {}", h.role, describe(h));
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(code_for(&e), e),
@@ -358,10 +377,23 @@ async fn run(
     let guard = match taken {
         Ok(g) => g,
         Err(Error::Timeout { .. }) => {
-            // `holder` knows a mutex's holder only.
-            let who = match distlock::holder(config, &key).await {
-                Ok(Some(h)) if how == Take::Mutex => format!(": held by {}", describe(&h)),
-                _ => String::new(),
+            let who = match distlock::holders(config, &key).await {
+                Ok(all) => {
+                    let theirs: Vec<String> = all
+                        .iter()
+                        .filter(|h| (h.role == Role::Mutex) == (how == Take::Mutex))
+                        .map(|h| match how {
+                            Take::Mutex => describe(h),
+                            _ => format!("{} ({})", describe(h), h.role),
+                        })
+                        .collect();
+                    match &theirs[..] {
+                        [] => String::new(),
+                        [one] => format!(": held by {one}"),
+                        many => format!(": held by {}: {}", holders_of(many.len()), many.join("; ")),
+                    }
+                }
+                Err(_) => String::new(),
             };
             return fail(exit::NOT_ACQUIRED, format!("{key} not acquired{who}"));
         }

@@ -610,7 +610,6 @@ async fn verbose_tells_what_the_lock_does_on_stderr() {
 async fn shared_and_permits_run_side_by_side_up_to_their_limit() {
     let b = backends().await;
     let dir = tempfile::tempdir().unwrap();
-    let (_, zk) = b.urls.iter().find(|(n, _)| *n == "zk").unwrap();
     // Holders hold until told to stop (no timing assumption).
     let stop = dir.path().join("stop");
     let hold_until_stopped = |started: &Path| {
@@ -621,46 +620,82 @@ async fn shared_and_permits_run_side_by_side_up_to_their_limit() {
             stop.display()
         )
     };
-    // Readers: a second one runs while the first holds; a writer may not.
-    let key = unique("shared");
-    let started = dir.path().join("reader.started");
-    let script = hold_until_stopped(&started);
-    let mut reader = dlock(zk, &["run", &key, "--shared", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
-    until("the first reader to start", || started.exists()).await;
-    let second = run(zk, &key, &["--shared", "--no-wait"], "echo second-reader");
-    assert_eq!(second.status.code(), Some(0), "{second:?}");
-    assert!(String::from_utf8_lossy(&second.stdout).contains("second-reader"));
-    let writer = run(zk, &key, &["--exclusive", "--no-wait"], "echo should-not-run");
-    assert_eq!(writer.status.code(), Some(75), "{writer:?}");
-    std::fs::write(&stop, "").unwrap();
-    assert!(reader.wait().unwrap().success());
-    std::fs::remove_file(&stop).unwrap();
-    // Two permits: two hold, a third is refused.
-    let key = unique("permits");
-    let mut holders = Vec::new();
-    for i in 0..2 {
-        let started = dir.path().join(format!("permit-{i}.started"));
+    for (name, url) in &b.urls {
+        // Readers: a second one runs while the first holds; a writer may
+        // not; `dlock holder` lists the reader.
+        let key = unique("shared");
+        let started = dir.path().join(format!("{name}-reader.started"));
         let script = hold_until_stopped(&started);
-        holders.push(
-            dlock(zk, &["run", &key, "--permits", "2", "--", "sh", "-c", &script])
-                .spawn()
-                .unwrap(),
+        let mut reader = dlock(url, &["run", &key, "--shared", "--", "sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        until("the first reader to start", || started.exists()).await;
+        let second = run(url, &key, &["--shared", "--no-wait"], "echo second-reader");
+        assert_eq!(second.status.code(), Some(0), "{name}: {second:?}");
+        assert!(String::from_utf8_lossy(&second.stdout).contains("second-reader"));
+        let writer = run(url, &key, &["--exclusive", "--no-wait"], "echo should-not-run");
+        assert_eq!(writer.status.code(), Some(75), "{name}: {writer:?}");
+        assert!(
+            String::from_utf8_lossy(&writer.stderr).contains("(read)"),
+            "{name}: the refusal names the reader: {writer:?}"
         );
-        until("a permit holder to start", || started.exists()).await;
+        let listed = dlock(url, &["holder", &key]).output().unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+        assert!(
+            listed.contains("1 holder:") && listed.contains("  read: "),
+            "{name}: {listed}"
+        );
+        std::fs::write(&stop, "").unwrap();
+        assert!(reader.wait().unwrap().success());
+        std::fs::remove_file(&stop).unwrap();
+        // Two permits: two hold, a third is refused; both are listed.
+        let key = unique("permits");
+        let mut holders = Vec::new();
+        for i in 0..2 {
+            let started = dir.path().join(format!("{name}-permit-{i}.started"));
+            let script = hold_until_stopped(&started);
+            holders.push(
+                dlock(url, &["run", &key, "--permits", "2", "--", "sh", "-c", &script])
+                    .spawn()
+                    .unwrap(),
+            );
+            until("a permit holder to start", || started.exists()).await;
+        }
+        let third = run(url, &key, &["--permits", "2", "--no-wait"], "echo should-not-run");
+        assert_eq!(third.status.code(), Some(75), "{name}: {third:?}");
+        let listed = dlock(url, &["holder", &key]).output().unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+        assert!(
+            listed.contains("2 holders:") && listed.matches("  1 permit: ").count() == 2,
+            "{name}: {listed}"
+        );
+        std::fs::write(&stop, "").unwrap();
+        for mut h in holders {
+            assert!(h.wait().unwrap().success());
+        }
+        std::fs::remove_file(&stop).unwrap();
+        let listed = dlock(url, &["holder", &key]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains("is not held"),
+            "{name}: {listed:?}"
+        );
     }
-    let third = run(zk, &key, &["--permits", "2", "--no-wait"], "echo should-not-run");
-    assert_eq!(third.status.code(), Some(75), "{third:?}");
-    std::fs::write(&stop, "").unwrap();
-    for mut h in holders {
-        assert!(h.wait().unwrap().success());
-    }
-    // A backend without read-write locks.
-    let (_, redis) = b.urls.iter().find(|(n, _)| *n == "redis").unwrap();
-    let out = run(redis, &unique("no-rw"), &["--shared"], "echo should-not-run");
+    // A backend without semaphores.
+    let nodes = shared::redis_nodes().await.unwrap();
+    let hosts: Vec<&str> = nodes
+        .addresses
+        .iter()
+        .map(|u| u.trim_start_matches("redis://"))
+        .collect();
+    let redlock = format!("redlock://{}", hosts.join(","));
+    let out = run(
+        &redlock,
+        &unique("no-sem"),
+        &["--permits", "2"],
+        "echo should-not-run",
+    );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("does not offer read-write locks"), "{err}");
+    assert!(err.contains("does not offer semaphores"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("should-not-run"));
 }

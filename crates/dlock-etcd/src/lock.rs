@@ -68,9 +68,12 @@ pub(crate) struct Inner {
     host: String,
 }
 
-/// Who holds a lock, for operators: see [`EtcdLock::holder`].
+/// Who holds a lock, for operators: see [`EtcdLock::holder`] and
+/// [`EtcdLock::holders`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
+    /// What it holds: the mutex, a read, the write, permits.
+    pub role: dlock_core::Role,
     /// The holder's key (`{prefix}{name}/{lease:x}-{n:x}`, the lease in hex and a per-acquire number).
     pub key: String,
     /// The lease the key is attached to.
@@ -214,11 +217,42 @@ impl EtcdLock {
         )
         .await?;
         Ok(kv.map(|kv| Holder {
+            role: dlock_core::Role::Mutex,
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             lease: kv.lease(),
             create_revision: kv.create_revision(),
             value: String::from_utf8_lossy(kv.value()).into_owned(),
         }))
+    }
+
+    /// Every holder of anything named `key`, in create order: the mutex's
+    /// first contender, the read-write lock's write or reads, the
+    /// semaphore's keys that fit their limit (waiters are left out).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let found = protocol::holding(
+            &self.inner.conn.client,
+            &self.lock_prefix(key),
+            self.inner.config.request_timeout,
+        )
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(role, kv)| Holder {
+                role,
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                lease: kv.lease(),
+                create_revision: kv.create_revision(),
+                value: String::from_utf8_lossy(kv.value()).into_owned(),
+            })
+            .collect())
     }
 
     /// Every contender key (holders and waiters) under `{prefix}{namespace}`.
@@ -372,7 +406,7 @@ impl Lock for EtcdLock {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Write, key, opts)).await
     }
 
-    /// See [`Lock::acquire_permits`]: a key `{prefix}NAME/sem/{count}/…` on
+    /// See [`Lock::acquire_permits`]: a key `{prefix}NAME/sem/{count}/{limit}/…` on
     /// the session's lease; it holds when the counts of the keys created
     /// before it, plus its own, are at most `limit` (so waiters are served
     /// in order, and one that needs more holds back those behind it). The

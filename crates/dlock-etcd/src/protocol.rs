@@ -26,7 +26,7 @@
 //! a name for one kind of lock.)
 //!
 //! Semaphore `NAME` (etcd has no recipe; this layout is dlock's): a key
-//! `{prefix}NAME/sem/{count}/…` per grant, on its lease; it holds when the
+//! `{prefix}NAME/sem/{count}/{limit}/…` per grant, on its lease; it holds when the
 //! counts of the keys created before it, plus its own, are at most the
 //! limit ([`wait_for_permits`]).
 //!
@@ -103,7 +103,7 @@ pub(crate) enum Contender {
     /// `recipes.RWMutex`, writing.
     Write,
     /// `count` of a semaphore's `limit` permits: a key
-    /// `{prefix}NAME/sem/{count}/…`; it holds when the counts of the keys
+    /// `{prefix}NAME/sem/{count}/{limit}/…`; it holds when the counts of the keys
     /// created before it, plus its own, are at most `limit`.
     Permits { count: u32, limit: u32 },
 }
@@ -115,7 +115,9 @@ impl Contender {
             Contender::Mutex => contender_key(pfx, lease, attempt),
             Contender::Read => format!("{pfx}read/{lease:x}-{attempt:x}"),
             Contender::Write => format!("{pfx}write/{lease:x}-{attempt:x}"),
-            Contender::Permits { count, .. } => format!("{pfx}sem/{count}/{lease:x}-{attempt:x}"),
+            // The limit is in the key too, for the operator views (a key
+            // holds by its own limit).
+            Contender::Permits { count, limit } => format!("{pfx}sem/{count}/{limit}/{lease:x}-{attempt:x}"),
         }
     }
 
@@ -475,6 +477,65 @@ pub(crate) async fn move_to_lease(
 }
 
 /// The current holder under `pfx`: the key with the lowest create revision.
+/// Every contender under `pfx` that holds now, with what it holds, in
+/// create order: the mutex's first key; a read-write lock's first key if
+/// it is a write, else its reads created before its first write; a
+/// semaphore's keys whose counts, with those created before them, fit their
+/// own limit (waiters and foreign keys left out).
+pub(crate) async fn holding(
+    client: &Client,
+    pfx: &str,
+    timeout: Duration,
+) -> Result<Vec<(dlock_core::Role, KeyValue)>> {
+    use dlock_core::Role;
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let resp = bounded(timeout, client.clone().get(pfx, Some(all))).await?;
+    let (mut mutex_seen, mut writer_seen, mut rw_seen, mut taken) = (false, false, false, 0u64);
+    let mut found = Vec::new();
+    for kv in resp.kvs() {
+        let Some(rest) = std::str::from_utf8(kv.key())
+            .ok()
+            .and_then(|k| k.strip_prefix(pfx))
+        else {
+            continue;
+        };
+        let segments: Vec<&str> = rest.split('/').collect();
+        match segments.as_slice() {
+            ["read", _] => {
+                if !writer_seen {
+                    found.push((Role::Read, kv.clone()));
+                }
+                rw_seen = true;
+            }
+            ["write", _] => {
+                if !rw_seen {
+                    found.push((Role::Write, kv.clone()));
+                }
+                (writer_seen, rw_seen) = (true, true);
+            }
+            ["sem", count, limit, _] => {
+                let (Ok(count), Ok(limit)) = (count.parse::<u32>(), limit.parse::<u32>()) else {
+                    continue;
+                };
+                taken += u64::from(count);
+                if taken <= u64::from(limit) {
+                    found.push((Role::Permits(count), kv.clone()));
+                }
+            }
+            [_] => {
+                if !mutex_seen {
+                    found.push((Role::Mutex, kv.clone()));
+                }
+                mutex_seen = true;
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
 pub(crate) async fn holder(client: &Client, pfx: &str, timeout: Duration) -> Result<Option<KeyValue>> {
     let resp = bounded(timeout, client.clone().get(pfx, Some(first_created()))).await?;
     Ok(resp.kvs().first().cloned())

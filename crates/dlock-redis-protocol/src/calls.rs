@@ -26,6 +26,7 @@ pub struct Scripts {
     member_release: Script,
     member_extend: Script,
     family_holders: Script,
+    leave_mark: Script,
 }
 
 impl Default for Scripts {
@@ -42,6 +43,7 @@ impl Default for Scripts {
             member_release: Script::from_lua(scripts::MEMBER_RELEASE),
             member_extend: Script::from_lua(scripts::MEMBER_EXTEND),
             family_holders: Script::from_lua(scripts::FAMILY_HOLDERS),
+            leave_mark: Script::from_lua(scripts::LEAVE_MARK),
         }
     }
 }
@@ -384,9 +386,10 @@ impl Scripts {
     /// fred's.
     pub async fn leave_family(&self, client: &Client, lock_key: &str, waiter: &str) -> Result<(), FredError> {
         let [_, _, waiting] = rw_keys(lock_key);
+        let args = vec![waiter.to_owned(), scripts::rw_channel(lock_key)];
         let _: i64 = self
-            .leave
-            .evalsha_with_reload(client, vec![waiting.clone(), waiting], vec![waiter.to_owned()])
+            .leave_mark
+            .evalsha_with_reload(client, vec![waiting], args)
             .await?;
         Ok(())
     }

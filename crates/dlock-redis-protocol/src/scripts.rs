@@ -9,7 +9,12 @@
 //! - fence counter: in the lock key's hash slot, so both can be touched by one
 //!   script on a Redis Cluster: `{<lock key>}:dlock-fence`, or, when the lock
 //!   key already carries a hash tag `{t}`, `<lock key>:dlock-fence` (same tag);
-//! - release channel: `dlock:released:<lock key>` (pub/sub; not a key).
+//! - release channel: `dlock:released:<lock key>` (pub/sub; not a key);
+//! - a read-write lock's, beside the lock key in its slot (named as the fence
+//!   counter is: `{<lock key>}<suffix>`, or `<lock key><suffix>` for a
+//!   tagged key): readers [`READERS_SUFFIX`], writer [`WRITER_SUFFIX`],
+//!   waiting writers [`WRITERS_WAITING_SUFFIX`]; channel [`rw_channel`];
+//! - a semaphore's: holders [`PERMITS_SUFFIX`]; channel [`permits_channel`].
 //!
 //! # Values
 //!
@@ -252,8 +257,12 @@ macro_rules! granting_prelude {
             "], string.format('%.0f', token), 'PX', 86400000)\n",
             "  return token\n",
             "end\n",
-            "local function live_until(key, ttl)\n",
-            "  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end\n",
+            // A sorted set of members scored by expiry lives exactly as
+            // long as its last member (never shorter: a set without expiry
+            // gets one; never longer: nothing lingers after a crash).
+            "local function live_until_last(key)\n",
+            "  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n",
+            "  if last[2] then redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last[2]))) end\n",
             "end\n",
         )
     };
@@ -280,7 +289,7 @@ local waiting = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if waiting[1] then return {0, math.max(1, tonumber(waiting[2]) - now)} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-live_until(KEYS[1], ttl)
+live_until_last(KEYS[1])
 return {1, grant()}
 "#
 );
@@ -307,7 +316,7 @@ if held == -2 then
   if first[1] then held = math.max(1, tonumber(first[2]) - now) end
 end
 if held == -2 then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if waiter ~= '' then redis.call('ZREM', KEYS[3], waiter) end
   return {1, grant()}
 end
@@ -315,7 +324,7 @@ if waiter ~= '' then
   local window = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[3], now + window, waiter)
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  live_until(KEYS[3], window)
+  live_until_last(KEYS[3])
 end
 return {0, held}
 "#
@@ -341,7 +350,7 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 if used + count <= limit then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  live_until(KEYS[1], ttl)
+  live_until_last(KEYS[1])
   return {1, grant()}
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -360,6 +369,8 @@ if redis.replicate_commands then redis.replicate_commands() end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', tonumber(last[2]))) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[3] ~= '1' or redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0 then
@@ -383,21 +394,32 @@ if tonumber(score) <= now then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', tonumber(last[2])))
+return 1
+"#;
+
+/// A waiting writer gives up: its mark out of the waiting writers
+/// `KEYS[1]` (`ARGV[1]` its id), announced on the channel `ARGV[2]` when it
+/// was there (readers it held back may come in now).
+pub const LEAVE_MARK: &str = r#"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], '*')
+end
 return 1
 "#;
 
 /// Every live holder of a read-write lock or a semaphore, for operators
 /// (read-only). `KEYS[1]` readers or holders (sorted set), optional
 /// `KEYS[2]` writer. Returns `{kind, value or member, ms left, ...}`, kind
-/// `w` for the writer (ms -1: no expiry) and `m` for a member.
+/// `w` for the writer (ms -1: no expiry) and `m` for a member; a writer
+/// key of another type is left out.
 pub const FAMILY_HOLDERS: &str = r#"
 local out = {}
 if KEYS[2] then
-  local v = redis.call('GET', KEYS[2])
-  if v then
+  local v = redis.pcall('GET', KEYS[2])
+  if type(v) == 'string' then
     table.insert(out, 'w')
     table.insert(out, v)
     table.insert(out, redis.call('PTTL', KEYS[2]))

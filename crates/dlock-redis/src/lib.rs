@@ -61,9 +61,17 @@
 //!   set `{KEY}:dlock-permits`, scored by expiry; a grant needs the live
 //!   members' counts plus its own to be at most the limit. Not FIFO.
 //! - Reads, writes and permits take their tokens from the name's fence
-//!   counter, like the mutex; their releases wake every waiter of the name
-//!   (`*`), since one release can admit several. [`RedisLock::holders`]
-//!   lists every holder of a name.
+//!   counter, like the mutex. A write's or a permit's release wakes every
+//!   waiter of the name (`*`: one release can admit several); a read's
+//!   only when it was the last reader (only a writer can be waiting then).
+//!   [`RedisLock::holders`] lists every holder of a name.
+//! - (`{KEY}` stands for the lock key in braces, its hash tag; a key that
+//!   has a tag of its own keeps it: `KEY:dlock-readers`.)
+//! - A writer marks itself waiting from its second attempt on (right after
+//!   it subscribed); a reader that comes in between goes ahead of it once.
+//!   A writer that dies while waiting holds new readers back until its
+//!   window runs out (`2 x (150 ms + 2 x request_timeout)`, 8.3 s with the
+//!   default timeout); one that gives up takes its mark back and wakes them.
 //!
 //! ## Guarantees
 //!

@@ -149,8 +149,9 @@ impl RedisLock {
     /// # Errors
     ///
     /// [`Error::InvalidKey`] for a key holding a companion-key suffix
-    /// (`:dlock-fence`, `:dlock-queue`, `:dlock-seen`: it could be another
-    /// lock's fence counter or queue), and on a Redis Cluster for a key with
+    /// (`:dlock-fence`, `:dlock-queue`, `:dlock-seen`, `:dlock-readers`,
+    /// `:dlock-writer`, `:dlock-wwait`, `:dlock-permits`: it could be
+    /// another lock's fence counter, queue, readers, writer or permits), and on a Redis Cluster for a key with
     /// a `}` but no hash tag (its fence counter could not share its slot).
     pub fn redis_key(&self, key: &LockKey) -> Result<String> {
         let lock_key = format!("{}{}", self.inner.config.key_prefix, key.as_str());
@@ -403,7 +404,7 @@ impl Lock for RedisLock {
 
     /// See [`Lock::acquire_write`]: the string `{KEY}:dlock-writer`, set
     /// when no writer holds and no reader is left; a refused waiter marks
-    /// itself waiting (`{KEY}:dlock-wwait`, until its window runs out), which
+    /// itself waiting from its second attempt on (`{KEY}:dlock-wwait`, until its window runs out), which
     /// holds new readers back.
     ///
     /// # Errors

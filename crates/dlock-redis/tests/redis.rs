@@ -763,6 +763,12 @@ async fn read_write_and_semaphore_holders_are_listed_and_a_crashed_writers_mark_
         assert_eq!(h.fence_counter, p.token().map(|t| t.get()));
     }
     assert_eq!(a.keys_in_use("").await.unwrap(), vec!["family".to_owned()]);
+    // The sets live exactly as long as their last member.
+    for set in ["{dlock:family}:dlock-readers", "{dlock:family}:dlock-permits"] {
+        let pttl = command(addr(&server), &["PTTL", set]).await.unwrap();
+        let ms: i64 = pttl.trim_start_matches(':').parse().unwrap();
+        assert!((1..=20_000).contains(&ms), "{set}: PTTL {pttl}");
+    }
 
     // A writer waits (marked), then its process dies.
     let w = RedisLock::connect(config).await.unwrap();

@@ -62,9 +62,13 @@ pub(crate) struct Inner {
     host: String,
 }
 
-/// Who holds a lock, for operators: see [`ZkLock::holder`].
+/// Who holds a lock, for operators: see [`ZkLock::holder`] and
+/// [`ZkLock::holders`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
+    /// What it holds: the mutex, a read, the write, permits (one per
+    /// lease node, as Curator's semaphore counts them).
+    pub role: dlock_core::Role,
     /// The holder's node (full path).
     pub node: String,
     /// Its data: `host pid unix-ms` when dlock wrote it.
@@ -180,11 +184,40 @@ impl ZkLock {
         let client = self.session().await?.client()?;
         let found = protocol::holder(&client, &dir, self.inner.config.request_timeout).await?;
         Ok(found.map(|(name, data, stat)| Holder {
+            role: dlock_core::Role::Mutex,
             node: format!("{dir}/{name}"),
             data: String::from_utf8_lossy(&data).into_owned(),
             czxid: stat.czxid,
             session: stat.ephemeral_owner,
         }))
+    }
+
+    /// Every holder of anything named `key`: the mutex's first node, the
+    /// read-write lock's writer or readers, the semaphore's leases (one
+    /// permit each; a waiter's are left out).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] as [`lock_path`](Self::lock_path);
+    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let dir = self.lock_path(key)?;
+        let client = self.session().await?.client()?;
+        let found = protocol::holding(&client, &dir, self.inner.config.request_timeout).await?;
+        Ok(found
+            .into_iter()
+            .map(|(role, node, data, stat)| Holder {
+                role,
+                node,
+                data: String::from_utf8_lossy(&data).into_owned(),
+                czxid: stat.czxid,
+                session: stat.ephemeral_owner,
+            })
+            .collect())
     }
 
     /// The lock nodes (holders and waiters, full paths) of every lock whose

@@ -331,6 +331,78 @@ pub(crate) async fn holder(
     Ok(None)
 }
 
+/// The children of `dir` (none if it does not exist).
+async fn children_of(client: &Client, dir: &str, timeout: Duration) -> Result<Vec<String>> {
+    match tokio::time::timeout(timeout, client.list_children(dir)).await {
+        Ok(Err(zookeeper_client::Error::NoNode)) => Ok(Vec::new()),
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(Error::unavailable(BACKEND, "no answer while listing")),
+    }
+}
+
+/// A node's data and stat (`None` if it is gone).
+async fn read_node(client: &Client, path: &str, timeout: Duration) -> Result<Option<(Vec<u8>, Stat)>> {
+    match tokio::time::timeout(timeout, client.get_data(path)).await {
+        Ok(Ok(found)) => Ok(Some(found)),
+        Ok(Err(zookeeper_client::Error::NoNode)) => Ok(None),
+        Ok(Err(e)) => Err(map_err(e)),
+        Err(_) => Err(Error::unavailable(BACKEND, "no answer while reading")),
+    }
+}
+
+/// Every node under the name's directory `dir` that holds now, with what
+/// it holds: the mutex's first node; the read-write lock's first node if
+/// it is a writer's, else its readers before the first writer; the
+/// semaphore's leases (one permit each, as Curator's), except those of the
+/// waiter holding `{dir}/locks` made since it took that mutex (waiting, or
+/// a moment from holding). Each as (role, full path, data, stat).
+pub(crate) async fn holding(
+    client: &Client,
+    dir: &str,
+    timeout: Duration,
+) -> Result<Vec<(dlock_core::Role, String, Vec<u8>, Stat)>> {
+    use dlock_core::Role;
+    let children = children_of(client, dir, timeout).await?;
+    let mut candidates: Vec<(Role, String)> = Vec::new();
+    if let Some(first) = contenders_of(Recipe::Mutex, children.clone()).into_iter().next() {
+        candidates.push((Role::Mutex, format!("{dir}/{first}")));
+    }
+    let rw = contenders_of(Recipe::Read, children);
+    for (i, name) in rw.iter().enumerate() {
+        let writer = name.contains(WRITE_NAME);
+        if writer && i == 0 {
+            candidates.push((Role::Write, format!("{dir}/{name}")));
+        }
+        if writer {
+            break;
+        }
+        candidates.push((Role::Read, format!("{dir}/{name}")));
+    }
+    let locks = format!("{dir}/{SEMAPHORE_LOCKS}");
+    let waiting = match contenders(children_of(client, &locks, timeout).await?).first() {
+        Some(first) => read_node(client, &format!("{locks}/{first}"), timeout)
+            .await?
+            .map(|(_, stat)| (stat.ephemeral_owner, stat.czxid)),
+        None => None,
+    };
+    let leases = format!("{dir}/{SEMAPHORE_LEASES}");
+    for name in contenders_of(Recipe::Lease, children_of(client, &leases, timeout).await?) {
+        candidates.push((Role::Permits(1), format!("{leases}/{name}")));
+    }
+    let mut found = Vec::new();
+    for (role, path) in candidates {
+        let Some((data, stat)) = read_node(client, &path, timeout).await? else {
+            continue;
+        };
+        let waits = role == Role::Permits(1)
+            && waiting.is_some_and(|(owner, since)| stat.ephemeral_owner == owner && stat.czxid > since);
+        if !waits {
+            found.push((role, path, data, stat));
+        }
+    }
+    Ok(found)
+}
+
 /// Deletes our node; [`Refusal::Expired`] if it was already gone (our
 /// node's path is ours alone: nobody else's node can be there).
 pub(crate) async fn delete(client: &Client, path: &str, timeout: Duration) -> Result<Outcome> {
