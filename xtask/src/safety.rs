@@ -131,7 +131,7 @@ async fn reliability(
     let _ = writeln!(d, "|---|---|---|---|");
     let _ = writeln!(
         d,
-        "| etcd | while the holder is not paused past its lease | strict (create revision) | 0 overlapping holds under member kill/stop and client partition; 0 stale writes accepted, 0 lost updates with holder pauses |"
+        "| etcd | while the holder is not paused past its lease | strict (create revision) | 0 overlapping holds under member kill/stop and client partition; 0 stale writes accepted, 0 lost updates with holder pauses; under the same faults, a semaphore of 2 never has 3 holders and a read-write lock's writer never holds beside anyone |"
     );
     let _ = writeln!(
         d,
@@ -144,6 +144,10 @@ async fn reliability(
     let _ = writeln!(
         d,
         "| Redlock | timing-dependent (efficiency locks only) | none | holder pauses and frozen client processes *do* lose updates; a quorum node restarted without persistence, or whose clock steps forward, lets two clients hold at once: the runs assert the checker reports it |"
+    );
+    let _ = writeln!(
+        d,
+        "\nThe read-write lock and semaphore runs count from the clients' own view: each hold lasts from the grant's reply to the last moment its guard said `is_held()`, and the checker sweeps all holds for a moment with more than the limit's permits, or a writer beside another holder."
     );
     let _ = writeln!(d, "\n## Faults injected\n");
     let _ = writeln!(d, "| fault | how |");

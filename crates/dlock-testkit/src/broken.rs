@@ -74,11 +74,14 @@ pub enum Flaw {
     ReaderIgnoresWaitingWriter,
     /// A semaphore admits one permit more than its limit.
     SemaphoreOverAdmits,
+    /// A write is granted while reads hold (only another write keeps it
+    /// out).
+    WriterIgnoresReaders,
 }
 
 impl Flaw {
     /// Every flaw but [`Flaw::None`].
-    pub const BROKEN: [Flaw; 15] = [
+    pub const BROKEN: [Flaw; 16] = [
         Flaw::GrantsToEveryone,
         Flaw::ReusesTokens,
         Flaw::NeverExpires,
@@ -94,6 +97,7 @@ impl Flaw {
         Flaw::AllInGivenOrder,
         Flaw::ReaderIgnoresWaitingWriter,
         Flaw::SemaphoreOverAdmits,
+        Flaw::WriterIgnoresReaders,
     ];
 }
 
@@ -371,6 +375,9 @@ impl NaiveLock {
         fam.holders.retain(|m| m.deadline > now);
         let writer_waits = fam.writer_waits_until.is_some_and(|u| u > now);
         let fits = match claim {
+            Claim::Write if self.flaw == Flaw::WriterIgnoresReaders => {
+                fam.holders.iter().all(|m| m.claim != Claim::Write)
+            }
             Claim::Write => fam.holders.is_empty(),
             Claim::Read => {
                 fam.holders.iter().all(|m| m.claim == Claim::Read)

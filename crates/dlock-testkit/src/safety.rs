@@ -440,7 +440,7 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
     clients: Vec<L>,
     key: &LockKey,
     plan: SafetyPlan,
-    mut faults: F,
+    faults: F,
     schedule: Schedule,
 ) -> (SafetyReport, F) {
     let history = History::new();
@@ -509,29 +509,7 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
             (ops, pauses, accepted, rejected)
         }));
     }
-    let nemesis = tokio::spawn(async move {
-        let mut log = Vec::new();
-        let mut heals = Vec::new();
-        for kind in schedule.kinds.iter().cycle() {
-            if Instant::now() + schedule.calm + schedule.fault >= stop || schedule.kinds.is_empty() {
-                break;
-            }
-            tokio::time::sleep(schedule.calm).await;
-            let what = faults
-                .inject(*kind)
-                .await
-                .unwrap_or_else(|e| format!("{kind:?} failed: {e}"));
-            log.push((started.elapsed(), format!("inject {kind:?}: {what}")));
-            tokio::time::sleep(schedule.fault).await;
-            let what = faults
-                .heal()
-                .await
-                .unwrap_or_else(|e| format!("heal failed: {e}"));
-            heals.push(started.elapsed());
-            log.push((started.elapsed(), format!("heal: {what}")));
-        }
-        (faults, log, heals)
-    });
+    let nemesis = spawn_nemesis(faults, schedule, started, stop);
     let (mut operations, mut pauses, mut accepted, mut rejected) = (0, 0, 0, 0);
     for t in tasks {
         if let Ok((o, p, a, r)) = t.await {
@@ -555,6 +533,260 @@ pub async fn run_with_faults<L: Lock, F: Faults>(
         &heals,
     );
     (report, faults)
+}
+
+/// The nemesis: after `calm`, each of `schedule`'s faults in turn for
+/// `fault`, healed, until `stop` (no fault starts that could not be healed
+/// by then). Returns the target, the log and when each heal was.
+#[allow(clippy::type_complexity)]
+fn spawn_nemesis<F: Faults>(
+    mut faults: F,
+    schedule: Schedule,
+    started: Instant,
+    stop: Instant,
+) -> tokio::task::JoinHandle<(F, Vec<(Duration, String)>, Vec<Duration>)> {
+    tokio::spawn(async move {
+        let mut log = Vec::new();
+        let mut heals = Vec::new();
+        for kind in schedule.kinds.iter().cycle() {
+            if Instant::now() + schedule.calm + schedule.fault >= stop || schedule.kinds.is_empty() {
+                break;
+            }
+            tokio::time::sleep(schedule.calm).await;
+            let what = faults
+                .inject(*kind)
+                .await
+                .unwrap_or_else(|e| format!("{kind:?} failed: {e}"));
+            log.push((started.elapsed(), format!("inject {kind:?}: {what}")));
+            tokio::time::sleep(schedule.fault).await;
+            let what = faults
+                .heal()
+                .await
+                .unwrap_or_else(|e| format!("heal failed: {e}"));
+            heals.push(started.elapsed());
+            log.push((started.elapsed(), format!("heal: {what}")));
+        }
+        (faults, log, heals)
+    })
+}
+
+/// What a family run exercises: a semaphore's count, or a read-write
+/// lock's exclusion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyWorkload {
+    /// Every client takes one permit of `limit`.
+    Semaphore {
+        /// The semaphore's limit.
+        limit: u32,
+    },
+    /// Clients read, and now and then (one in four) write.
+    ReadWrite,
+}
+
+/// What a family run found: the invariant's violations, counted from the
+/// clients' own view of when they held (from the grant's reply to the
+/// last moment `is_held()` was true).
+#[derive(Debug, Clone)]
+pub struct FamilyReport {
+    /// The workload.
+    pub workload: FamilyWorkload,
+    /// Acquire attempts.
+    pub operations: usize,
+    /// Grants: reads and writes, or permits.
+    pub grants: usize,
+    /// Of them, writes (a read-write run).
+    pub writes: usize,
+    /// Holds that ended by `is_held()` turning false (the guard gave up
+    /// before the hold was over: a fault).
+    pub lost: usize,
+    /// The most holders at once: permits, or readers.
+    pub most_at_once: usize,
+    /// Moments the invariant broke: more than `limit` permits, a writer
+    /// beside another writer or a reader.
+    pub violations: usize,
+    /// The first violations, described.
+    pub first_violations: Vec<String>,
+    /// The faults injected and healed: (time since start, what).
+    pub faults: Vec<(Duration, String)>,
+}
+
+impl FamilyReport {
+    /// `true` when the invariant never broke.
+    pub fn is_safe(&self) -> bool {
+        self.violations == 0
+    }
+}
+
+impl fmt::Display for FamilyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.workload {
+            FamilyWorkload::Semaphore { limit } => write!(
+                f,
+                "{} operations, {} grants of 1 of {limit} permits; most holders at once {}; \
+                 over the limit {} times; holds cut short by a loss {}; faults {}",
+                self.operations,
+                self.grants,
+                self.most_at_once,
+                self.violations,
+                self.lost,
+                self.faults.len() / 2
+            )?,
+            FamilyWorkload::ReadWrite => write!(
+                f,
+                "{} operations, {} grants ({} writes); most readers at once {}; \
+                 a writer beside another holder {} times; holds cut short by a loss {}; faults {}",
+                self.operations,
+                self.grants,
+                self.writes,
+                self.most_at_once,
+                self.violations,
+                self.lost,
+                self.faults.len() / 2
+            )?,
+        }
+        if let Some(first) = self.first_violations.first() {
+            write!(f, "; first: {first}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One hold in a family run, as its client saw it.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    client: usize,
+    write: bool,
+    from: Instant,
+    to: Instant,
+}
+
+/// Counts the moments `spans` break `workload`'s invariant.
+fn check_spans(workload: FamilyWorkload, spans: &[Span], started: Instant) -> (usize, usize, Vec<String>) {
+    // Ends before starts at the same instant: a hold that ended when
+    // another began did not overlap it.
+    let mut events: Vec<(Instant, bool, &Span)> = spans
+        .iter()
+        .flat_map(|s| [(s.from, true, s), (s.to, false, s)])
+        .collect();
+    events.sort_by_key(|(at, start, _)| (*at, *start));
+    let (mut readers, mut writers, mut most, mut violations) = (0usize, 0usize, 0usize, 0usize);
+    let mut first = Vec::new();
+    for (at, start, span) in events {
+        match (start, span.write) {
+            (true, true) => writers += 1,
+            (true, false) => readers += 1,
+            (false, true) => writers = writers.saturating_sub(1),
+            (false, false) => readers = readers.saturating_sub(1),
+        }
+        if !start {
+            continue;
+        }
+        most = most.max(readers);
+        let broken = match workload {
+            FamilyWorkload::Semaphore { limit } => readers > limit as usize,
+            FamilyWorkload::ReadWrite => writers > 1 || (writers == 1 && readers > 0),
+        };
+        if broken {
+            violations += 1;
+            if first.len() < 3 {
+                first.push(format!(
+                    "at {:?}, client {} {} with {readers} other holder(s) and {writers} writer(s) holding",
+                    at.duration_since(started),
+                    span.client,
+                    if span.write { "wrote" } else { "held" }
+                ));
+            }
+        }
+    }
+    (most, violations, first)
+}
+
+/// A family run: `clients` loop on `key` (one permit of a semaphore, or a
+/// read-write lock's reads and writes) for `plan.duration`, each hold a few
+/// milliseconds, while the nemesis injects `schedule`'s faults into
+/// `faults`. `plan.pause_every` and `plan.fence` are not used. Returns the
+/// report and the fault target (dropped by the caller, after the run).
+pub async fn run_family_with_faults<L: Lock, F: Faults>(
+    clients: Vec<L>,
+    key: &LockKey,
+    workload: FamilyWorkload,
+    plan: SafetyPlan,
+    faults: F,
+    schedule: Schedule,
+) -> (FamilyReport, F) {
+    let started = Instant::now();
+    let stop = started + plan.duration;
+    let mut tasks = Vec::new();
+    for (id, lock) in clients.into_iter().enumerate() {
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ops, mut lost, mut spans) = (0usize, 0usize, Vec::new());
+            let opts = AcquireOptions::default()
+                .ttl(plan.ttl)
+                .auto_extend(false)
+                .wait(Wait::For(plan.ttl * 4));
+            while Instant::now() < stop {
+                ops += 1;
+                let write = workload == FamilyWorkload::ReadWrite && rand::random::<u8>() < 64;
+                let taken = match workload {
+                    FamilyWorkload::Semaphore { limit } => lock.acquire_permits(&key, 1, limit, opts).await,
+                    FamilyWorkload::ReadWrite if write => lock.acquire_write(&key, opts).await,
+                    FamilyWorkload::ReadWrite => lock.acquire_read(&key, opts).await,
+                };
+                let Ok(guard) = taken else { continue };
+                let from = Instant::now();
+                let hold = Duration::from_millis(rand::random_range(2..20));
+                let mut to = from;
+                while to.duration_since(from) < hold {
+                    if !guard.is_held() {
+                        lost += 1;
+                        break;
+                    }
+                    to = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                spans.push(Span {
+                    client: id,
+                    write,
+                    from,
+                    to,
+                });
+                let _ = guard.release().await;
+            }
+            (ops, lost, spans)
+        }));
+    }
+    let nemesis = spawn_nemesis(faults, schedule, started, stop);
+    let (mut operations, mut lost, mut spans) = (0, 0, Vec::new());
+    for t in tasks {
+        if let Ok((o, l, s)) = t.await {
+            operations += o;
+            lost += l;
+            spans.extend(s);
+        }
+    }
+    let (faults, fault_log, _) = match nemesis.await {
+        Ok(done) => done,
+        Err(e) => panic!("the nemesis task failed: {e}"),
+    };
+    let (most_at_once, violations, first_violations) = check_spans(workload, &spans, started);
+    let report = FamilyReport {
+        workload,
+        operations,
+        grants: spans.len(),
+        writes: spans.iter().filter(|s| s.write).count(),
+        lost,
+        most_at_once,
+        violations,
+        first_violations,
+        faults: fault_log,
+    };
+    (report, faults)
+}
+
+/// As [`publish`], for a family run.
+pub fn publish_family(backend: &str, run: &str, report: &FamilyReport, claim: &str) {
+    publish_line(backend, run, claim, &report.to_string(), &report.faults);
 }
 
 /// The report of a run from its history, resource and counts.

@@ -48,6 +48,7 @@ caught! {
     caught_all_in_given_order: Flaw::AllInGivenOrder => "acquire_all_is_all_or_nothing",
     caught_reader_ignores_waiting_writer: Flaw::ReaderIgnoresWaitingWriter => "read_write_waiting_writer_not_starved",
     caught_semaphore_over_admits: Flaw::SemaphoreOverAdmits => "semaphore_admits_up_to_its_limit",
+    caught_writer_ignores_readers: Flaw::WriterIgnoresReaders => "read_write_readers_share_writers_exclude",
 }
 
 /// `run_all` reports every scenario and the counts; a flaw stops it at the

@@ -77,3 +77,46 @@ async fn residue_names_what_is_left_and_when_it_is_gone() {
     assert!(gone.cleared_after.is_some(), "{gone}");
     assert!(gone.left.is_empty(), "{gone}");
 }
+
+/// The family run counts from the clients' own view: the reference keeps
+/// both invariants (and really shares), and the planted over-admitting
+/// semaphore and a writer that ignores readers are caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn family_runs_count_what_breaks_and_only_that() {
+    use dlock_testkit::broken::{Flaw, NaiveLock};
+    use dlock_testkit::safety::{FamilyWorkload, NoFaults, Schedule, run_family_with_faults};
+
+    let plan = SafetyPlan {
+        duration: Duration::from_secs(2),
+        ttl: Duration::from_secs(2),
+        pause_every: 0,
+        fence: false,
+    };
+    let calm = || Schedule {
+        kinds: Vec::new(),
+        calm: plan.duration,
+        fault: Duration::ZERO,
+    };
+    let key = LockKey::new("family").unwrap();
+    let semaphore = FamilyWorkload::Semaphore { limit: 2 };
+    for workload in [semaphore, FamilyWorkload::ReadWrite] {
+        let backend = MemLock::new();
+        let clients = (0..4).map(|_| backend.client()).collect();
+        let (report, _) = run_family_with_faults(clients, &key, workload, plan, NoFaults, calm()).await;
+        eprintln!("mem: {report}");
+        assert!(report.is_safe(), "{report}");
+        assert!(report.most_at_once >= 2, "nobody shared: {report}");
+        assert!(report.grants > 20, "{report}");
+    }
+    for (flaw, workload) in [
+        (Flaw::SemaphoreOverAdmits, semaphore),
+        (Flaw::WriterIgnoresReaders, FamilyWorkload::ReadWrite),
+    ] {
+        let backend = NaiveLock::new(flaw);
+        let clients = (0..4).map(|_| backend.client()).collect();
+        let (report, _) = run_family_with_faults(clients, &key, workload, plan, NoFaults, calm()).await;
+        eprintln!("{flaw:?}: {report}");
+        assert!(!report.is_safe(), "{flaw:?} was not caught: {report}");
+        assert!(report.to_string().contains("first: "), "{report}");
+    }
+}

@@ -8,7 +8,8 @@ use std::time::Duration;
 use dlock_core::LockKey;
 use dlock_testkit::launcher::{FaultProxy, ZooKeeper};
 use dlock_testkit::safety::{
-    FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, residue, run_for, run_with_faults,
+    FamilyWorkload, FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, publish_family,
+    residue, run_family_with_faults, run_for, run_with_faults,
 };
 use dlock_zk::{ZkConfig, ZkLock};
 
@@ -49,6 +50,7 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         ..ZkConfig::new(proxy.addr().to_string()).session_timeout(session)
     };
     let admin = all.clone();
+    let family_configs = [all.clone(), all.clone(), all.clone(), behind_proxy.clone()];
     let clients = vec![
         ZkLock::connect(all.clone()).await.unwrap(),
         ZkLock::connect(all).await.unwrap(),
@@ -71,7 +73,7 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         &LockKey::new("register").unwrap(),
         plan,
         faults,
-        schedule,
+        schedule.clone(),
     )
     .await;
     // The servers (in `faults`) are still up: ask what the run left.
@@ -83,7 +85,47 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         )
         .await,
     );
+    // The semaphore's count and the read-write lock's exclusion, under
+    // the same faults: four clients, one of them behind the proxy.
+    let mut faults = faults;
+    let mut family = Vec::new();
+    for (i, (workload, run)) in [
+        (
+            FamilyWorkload::Semaphore { limit: 2 },
+            "semaphore of 2, member kill/stop, client partition",
+        ),
+        (
+            FamilyWorkload::ReadWrite,
+            "read-write lock, member kill/stop, client partition",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut clients = Vec::new();
+        for config in &family_configs {
+            clients.push(ZkLock::connect(config.clone()).await.unwrap());
+        }
+        let key = LockKey::new(format!("family-{i}")).unwrap();
+        let short = SafetyPlan {
+            duration: run_for(10),
+            ..plan
+        };
+        // Each run starts with another fault (a short run has room for one).
+        let mut turn = schedule.clone();
+        turn.kinds.rotate_left(i + 1);
+        let (found, back) = run_family_with_faults(clients, &key, workload, short, faults, turn).await;
+        faults = back;
+        eprintln!("zk {run}: {found}");
+        publish_family("zk", run, &found, "never more than the limit; a writer alone");
+        family.push(found);
+    }
     drop(faults);
+    for found in &family {
+        assert!(found.is_safe(), "{found}");
+        assert!(found.grants > 0, "{found}");
+        assert!(!found.faults.is_empty(), "no fault was injected: {found}");
+    }
     eprintln!("zk under faults: {report}");
     publish(
         "zk",
