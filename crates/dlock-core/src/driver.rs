@@ -6,7 +6,8 @@
 //!   (`sent + ttl - drift`, measured from when the request that granted or
 //!   renewed was *sent*).
 //! - [`saturating_add`] and [`wait_deadline`]: deadlines from user input that
-//!   never overflow an [`Instant`].
+//!   never overflow an [`Instant`]; [`within_wait`], a wait in line bounded
+//!   by the caller's [`Wait`](crate::Wait).
 //! - [`Refusal`]: the server's two ways of saying no to a release or an
 //!   extend, and their one mapping to [`Error`].
 //! - [`Validity`] and [`keep`]: a guard's local deadline and lost signal,
@@ -121,6 +122,23 @@ pub fn wait_deadline(wait: crate::Wait, started: Instant) -> Option<Instant> {
         crate::Wait::No => Some(started),
         crate::Wait::For(d) => Some(saturating_add(started, d)),
         crate::Wait::Forever => None,
+    }
+}
+
+/// Runs a wait in line, `waiting`, for as long as `wait` allows from
+/// `started`: `Some` of its output, or `None` when the wait ran out first
+/// (the caller gives its place in line back and reports
+/// [`Error::Timeout`]). [`Wait::Forever`](crate::Wait::Forever) waits as
+/// long as `waiting` takes; [`Wait::No`](crate::Wait::No) allows no wait
+/// (`waiting` is polled once: done at once, it still counts).
+///
+/// # Cancel safety
+///
+/// As `waiting`'s: dropping this drops it.
+pub async fn within_wait<F: Future>(wait: crate::Wait, started: Instant, waiting: F) -> Option<F::Output> {
+    match wait_deadline(wait, started) {
+        None => Some(waiting.await),
+        Some(at) => tokio::time::timeout_at(at.into(), waiting).await.ok(),
     }
 }
 
@@ -665,6 +683,23 @@ mod tests {
             Some(saturating_add(now, Duration::MAX))
         );
         assert_eq!(wait_deadline(crate::Wait::Forever, now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_in_line_ends_when_the_callers_wait_does() {
+        use crate::Wait;
+        let started = Instant::now();
+        let paused = tokio::time::Instant::now();
+        let never = std::future::pending::<()>;
+        assert_eq!(within_wait(Wait::No, started, never()).await, None);
+        assert_eq!(within_wait(Wait::No, started, async { 1 }).await, Some(1));
+        let waited = within_wait(Wait::For(Duration::from_secs(5)), started, never()).await;
+        assert_eq!(waited, None);
+        assert!(paused.elapsed() >= Duration::from_secs(5));
+        let late = tokio::time::sleep(Duration::from_secs(3600));
+        assert_eq!(within_wait(Wait::Forever, started, late).await, Some(()));
+        let huge = within_wait(Wait::For(Duration::MAX), Instant::now(), async { 2 }).await;
+        assert_eq!(huge, Some(2));
     }
 
     #[test]

@@ -468,24 +468,13 @@ impl EtcdLock {
             if opts.wait != Wait::No {
                 dlock_core::trace::queued();
             }
-            let survived = match opts.wait {
-                Wait::No => return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await),
-                Wait::For(d) => {
-                    let waited = tokio::time::timeout_at(
-                        dlock_core::driver::saturating_add(started, d).into(),
-                        wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session),
-                    )
-                    .await;
-                    match waited {
-                        Ok(r) => r?,
-                        Err(_) => {
-                            return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await);
-                        }
-                    }
-                }
-                Wait::Forever => {
-                    wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session).await?
-                }
+            if opts.wait == Wait::No {
+                return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await);
+            }
+            let in_line = wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session);
+            let survived = match dlock_core::driver::within_wait(opts.wait, started, in_line).await {
+                Some(r) => r?,
+                None => return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await),
             };
             // etcd #11456: only a key that survived the wait may take the lock.
             if !survived || !session.is_alive() {

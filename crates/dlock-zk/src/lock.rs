@@ -507,7 +507,6 @@ impl ZkLock {
             mine.push(name);
             czxids.push(czxid);
         }
-        let deadline = dlock_core::driver::wait_deadline(opts.wait, started);
         let waited: Result<()> = async {
             loop {
                 match protocol::leases_fit(&client, &leases, &mine, limit, timeout).await? {
@@ -522,14 +521,11 @@ impl ZkLock {
                             return Err(timed_out());
                         }
                         dlock_core::trace::queued();
-                        let changed = watcher.changed();
-                        match deadline {
-                            Some(at) => {
-                                if tokio::time::timeout_at(at.into(), changed).await.is_err() {
-                                    return Err(timed_out());
-                                }
-                            }
-                            None => drop(changed.await),
+                        if dlock_core::driver::within_wait(opts.wait, started, watcher.changed())
+                            .await
+                            .is_none()
+                        {
+                            return Err(timed_out());
                         }
                     }
                 }
@@ -604,18 +600,13 @@ impl ZkLock {
                     return Err(timed_out(&client, &path, timeout, cleanup, key).await);
                 }
             },
-            Wait::For(d) => {
-                match tokio::time::timeout_at(
-                    dlock_core::driver::saturating_add(started, d).into(),
-                    protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout),
-                )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(_) => return Err(timed_out(&client, &path, timeout, cleanup, key).await),
+            wait => {
+                let first = protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout);
+                match dlock_core::driver::within_wait(wait, started, first).await {
+                    Some(r) => r,
+                    None => return Err(timed_out(&client, &path, timeout, cleanup, key).await),
                 }
             }
-            Wait::Forever => protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout).await,
         };
         // Only writes and syncs (answered through the leader) move the
         // session's deadline; the create did, above. A read answered by a
