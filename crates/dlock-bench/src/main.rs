@@ -13,6 +13,7 @@
 //! (`cargo xtask bench` sets them); without them private servers start.
 
 mod breakdown;
+mod family;
 mod floor;
 mod peer;
 mod report;
@@ -85,6 +86,8 @@ pub(crate) struct BackendResults {
     pub(crate) waiters: Vec<HotKey>,
     /// (resident bytes before, after, guards)
     pub(crate) memory: Option<(u64, u64, usize)>,
+    /// Scenario 7.
+    pub(crate) family: Option<family::Family>,
 }
 
 /// The whole run.
@@ -234,6 +237,7 @@ async fn run(args: &[String]) -> Result<(), String> {
             waiters.push(scenarios::hot_key(b, n + 1, HOLD, size.waiters).await?);
         }
         let memory = memory_in_child(&b.url, size.guards).await?;
+        let family = family::family(b, size.iterations / 2, size.waiters).await?;
         eprintln!(
             "dlock-bench: {}: uncontended p50 {:?} (floor {:?}), handoff p50 {:?}",
             b.name,
@@ -252,6 +256,7 @@ async fn run(args: &[String]) -> Result<(), String> {
             many,
             waiters,
             memory: Some(memory),
+            family: Some(family),
         });
     }
     if breakdown_only {

@@ -396,9 +396,58 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
             );
         }
     }
+    family_section(w, r);
     let _ = writeln!(w, "\n![benchmarks](benchmarks.svg)\n");
     let _ = writeln!(w, "{}", include_str!("../NOTES.md").trim_end());
     d
+}
+
+/// Section 7: the lock family.
+fn family_section(w: &mut String, r: &Results) {
+    use crate::family::{PRIMITIVES, SHARING_CLIENTS};
+    let _ = writeln!(
+        w,
+        "\n## 7. The lock family\n\nOne client, one name per primitive, acquire + release with default options, every primitive in turn: p50, and × the mutex's p50 in the same pass (`2 names at once` is `acquire_all` of two names). Then {SHARING_CLIENTS} clients on one name, each holding {:?} and asking again at once: reading, and taking one permit of a semaphore of 2. Grants per second (the mutex's hot key of section 2 beside it) and the most holders seen at once. No targets: what sharing costs and buys. `—`: the backend does not offer it.\n",
+        crate::HOLD
+    );
+    let _ = write!(w, "| backend |");
+    for p in PRIMITIVES {
+        let _ = write!(w, " {p} p50 |");
+    }
+    let _ = writeln!(
+        w,
+        " {SHARING_CLIENTS} readers: grants/s (at once) | {SHARING_CLIENTS} clients, 2 permits: grants/s (at once) | the mutex's hot key: grants/s |"
+    );
+    let _ = writeln!(w, "|---|{}---|---|---|", "---|".repeat(PRIMITIVES.len()));
+    for b in &r.backends {
+        let Some(f) = &b.family else { continue };
+        let mutex = f.cycles.first().and_then(Option::as_ref).map(Lat::p50);
+        let _ = write!(w, "| {} |", b.name);
+        for (i, c) in f.cycles.iter().enumerate() {
+            match (c, mutex) {
+                (Some(c), Some(m)) if i > 0 => {
+                    let _ = write!(w, " {:.0} µs ({:.2}×) |", us(c.p50()), ratio(c.p50(), m));
+                }
+                (Some(c), _) => {
+                    let _ = write!(w, " {:.0} µs |", us(c.p50()));
+                }
+                (None, _) => {
+                    let _ = write!(w, " — |");
+                }
+            }
+        }
+        let shared = |s: Option<(f64, usize)>| match s {
+            Some((per_s, most)) => format!("{per_s:.0} ({most})"),
+            None => "—".to_owned(),
+        };
+        let _ = writeln!(
+            w,
+            " {} | {} | {:.0} |",
+            shared(f.readers),
+            shared(f.permits),
+            b.hot.acquisitions_per_s
+        );
+    }
 }
 
 fn waiter_ratio(waiters: &[crate::scenarios::HotKey]) -> f64 {
@@ -665,6 +714,17 @@ mod tests {
             },
             waiters: vec![hot(500, vec![1]), hot(600, vec![1]), hot(700, vec![1])],
             memory: Some((10 << 20, (10 << 20) + 1000 * 1024, 1000)),
+            family: Some(crate::family::Family {
+                cycles: vec![
+                    Some(lat(100)),
+                    Some(lat(150)),
+                    Some(lat(120)),
+                    None,
+                    Some(lat(200)),
+                ],
+                readers: Some((900.0, 4)),
+                permits: None,
+            }),
         };
         Results {
             size: Size::new(true),
@@ -701,6 +761,7 @@ mod tests {
             "## 4. Waiter scaling",
             "## 5. Redlock fan-out",
             "## 6. Memory",
+            "## 7. The lock family",
             "## Notes",
         ] {
             assert!(md.contains(section), "{section} missing:\n{md}");
@@ -741,6 +802,12 @@ mod tests {
         }
         // 1000 KiB over 1000 guards: 1 KiB each, within 2 KiB.
         assert!(row("## 6.", "redis").contains("1.00 KiB") && row("## 6.", "redis").ends_with("| met |"));
+        let family = row("## 7.", "redis");
+        assert!(family.contains("| 100 µs | 150 µs (1.50×) |"), "{family}");
+        assert!(
+            family.contains("| — | 200 µs (2.00×) | 900 (4) | — | 100 |"),
+            "{family}"
+        );
         assert!(md.contains("abc1234") && md.contains("2 cores"));
     }
 

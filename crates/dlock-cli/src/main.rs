@@ -114,7 +114,9 @@ enum Command {
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
     },
-    /// Show who holds KEY, since when, its token and time left.
+    /// Show who holds KEY, since when, its token and time left: the
+    /// mutex's holder, or every reader, writer and permit holder of KEY's
+    /// read-write lock and semaphore.
     Holder {
         /// The lock's name.
         key: String,
