@@ -205,14 +205,13 @@ pub async fn holders(config: &Config, key: &LockKey) -> Result<Vec<Holder>> {
         #[cfg(feature = "redis")]
         Config::Redis(c) => {
             let lock = dlock_redis::RedisLock::connect(c.clone()).await?;
-            let id = lock.redis_key(key).unwrap_or_default();
             Ok(lock
                 .holders(key)
                 .await?
                 .into_iter()
                 .map(|h| Holder {
+                    id: h.key.clone(),
                     role: h.role,
-                    id: id.clone(),
                     since: h.since(),
                     detail: h.value,
                     token: h.fence_counter,
@@ -266,7 +265,8 @@ pub async fn holders(config: &Config, key: &LockKey) -> Result<Vec<Holder>> {
 /// Reads the `host pid unix-ms` detail written by the etcd and zk drivers.
 #[allow(dead_code)]
 fn since_from_detail(detail: &str) -> Option<SystemTime> {
-    let ms: u64 = detail.rsplit(' ').next()?.parse().ok()?;
+    // `host pid unix-ms`, then perhaps more (a ZooKeeper lease's mutex).
+    let ms: u64 = detail.split(' ').nth(2)?.parse().ok()?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 

@@ -95,7 +95,8 @@ pub(crate) async fn family(b: &Backend, iterations: usize, duration: Duration) -
 /// `limit`) for `duration`: grants per second, most holders at once.
 async fn sharing(b: &Backend, duration: Duration, limit: Option<u32>) -> Result<(f64, usize), String> {
     let k = key("sharing");
-    let (holding, most, grants) = (
+    let (holding, most, grants, errors) = (
+        Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicUsize::new(0)),
@@ -106,11 +107,12 @@ async fn sharing(b: &Backend, duration: Duration, limit: Option<u32>) -> Result<
     let mut tasks = Vec::new();
     for _ in 0..SHARING_CLIENTS {
         let client = b.client().await?;
-        let (k, holding, most, grants) = (
+        let (k, holding, most, grants, errors) = (
             k.clone(),
             Arc::clone(&holding),
             Arc::clone(&most),
             Arc::clone(&grants),
+            Arc::clone(&errors),
         );
         tasks.push(tokio::spawn(async move {
             while Instant::now() < stop {
@@ -118,7 +120,16 @@ async fn sharing(b: &Backend, duration: Duration, limit: Option<u32>) -> Result<
                     None => client.acquire_read(&k, opts).await,
                     Some(limit) => client.acquire_permits(&k, 1, limit, opts).await,
                 };
-                let Ok(g) = taken else { continue };
+                let g = match taken {
+                    Ok(g) => g,
+                    Err(e) => {
+                        // A broken primitive fails the run, not hides in it.
+                        if errors.fetch_add(1, Ordering::SeqCst) > 100 {
+                            return Err(e.to_string());
+                        }
+                        continue;
+                    }
+                };
                 let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 grants.fetch_add(1, Ordering::SeqCst);
@@ -126,10 +137,16 @@ async fn sharing(b: &Backend, duration: Duration, limit: Option<u32>) -> Result<
                 holding.fetch_sub(1, Ordering::SeqCst);
                 let _ = g.release().await;
             }
+            Ok::<(), String>(())
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())?;
+        t.await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{}: {e}", b.name))?;
+    }
+    if grants.load(Ordering::SeqCst) == 0 {
+        return Err(format!("{}: no grant in {duration:?} of sharing", b.name));
     }
     #[allow(clippy::cast_precision_loss)]
     let per_s = grants.load(Ordering::SeqCst) as f64 / started.elapsed().as_secs_f64();

@@ -383,7 +383,13 @@ async fn run(
                 Ok(all) => {
                     let theirs: Vec<String> = all
                         .iter()
-                        .filter(|h| (h.role == Role::Mutex) == (how == Take::Mutex))
+                        // Only the holders that keep this one out.
+                        .filter(|h| match how {
+                            Take::Mutex => h.role == Role::Mutex,
+                            Take::Read => h.role == Role::Write,
+                            Take::Write => matches!(h.role, Role::Read | Role::Write),
+                            Take::Permit(_) => matches!(h.role, Role::Permits(_)),
+                        })
                         .map(|h| match how {
                             Take::Mutex => describe(h),
                             _ => format!("{} ({})", describe(h), h.role),

@@ -492,7 +492,11 @@ pub(crate) async fn holding(
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
     let resp = bounded(timeout, client.clone().get(pfx, Some(all))).await?;
-    let (mut mutex_seen, mut writer_seen, mut rw_seen, mut taken) = (false, false, false, 0u64);
+    // As the acquire decides (`Contender::waits_on`): a mutex key or a
+    // write holds when no key under the prefix came before it, a read when
+    // no key starting with `write` did, a semaphore's when the counts
+    // before it and its own fit its limit.
+    let (mut any_seen, mut writer_seen, mut taken) = (false, false, 0u64);
     let mut found = Vec::new();
     for kv in resp.kvs() {
         let Some(rest) = std::str::from_utf8(kv.key())
@@ -502,36 +506,24 @@ pub(crate) async fn holding(
             continue;
         };
         let segments: Vec<&str> = rest.split('/').collect();
-        match segments.as_slice() {
-            ["read", _] => {
-                if !writer_seen {
-                    found.push((Role::Read, kv.clone()));
+        let role = match segments.as_slice() {
+            ["read", _] => (!writer_seen).then_some(Role::Read),
+            ["write", _] => (!any_seen).then_some(Role::Write),
+            ["sem", count, limit, _] => match (count.parse::<u32>(), limit.parse::<u32>()) {
+                (Ok(count), Ok(limit)) => {
+                    taken += u64::from(count);
+                    (taken <= u64::from(limit)).then_some(Role::Permits(count))
                 }
-                rw_seen = true;
-            }
-            ["write", _] => {
-                if !rw_seen {
-                    found.push((Role::Write, kv.clone()));
-                }
-                (writer_seen, rw_seen) = (true, true);
-            }
-            ["sem", count, limit, _] => {
-                let (Ok(count), Ok(limit)) = (count.parse::<u32>(), limit.parse::<u32>()) else {
-                    continue;
-                };
-                taken += u64::from(count);
-                if taken <= u64::from(limit) {
-                    found.push((Role::Permits(count), kv.clone()));
-                }
-            }
-            [_] => {
-                if !mutex_seen {
-                    found.push((Role::Mutex, kv.clone()));
-                }
-                mutex_seen = true;
-            }
-            _ => {}
+                _ => None,
+            },
+            [_] => (!any_seen).then_some(Role::Mutex),
+            _ => None,
+        };
+        if let Some(role) = role {
+            found.push((role, kv.clone()));
         }
+        any_seen = true;
+        writer_seen |= rest.starts_with("write");
     }
     Ok(found)
 }

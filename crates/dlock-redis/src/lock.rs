@@ -76,6 +76,9 @@ enum Attempt {
 pub struct Holder {
     /// What it holds: the mutex, a read, the write, permits.
     pub role: dlock_core::Role,
+    /// The Redis key that holds it: the lock key, or (a read, a write,
+    /// permits) the readers', writer's or holders' key beside it.
+    pub key: String,
     /// The raw value of the lock key (of a reader or permit holder: its
     /// value in the sorted set).
     pub value: String,
@@ -183,6 +186,7 @@ impl RedisLock {
         };
         Ok(Some(Holder {
             role: dlock_core::Role::Mutex,
+            key: lock_key,
             info: scripts::parse_value(&held.value),
             value: held.value,
             remaining: held.remaining,
@@ -193,7 +197,8 @@ impl RedisLock {
     /// Every holder of anything named `key`: the mutex's (as
     /// [`holder`](Self::holder)), then the read-write lock's writer and
     /// readers, then the semaphore's permit holders. Expired readers and
-    /// permits are left out; their fence counter is the name's.
+    /// permits are left out; their fence counter is the name's (the latest
+    /// grant's token, not necessarily theirs).
     ///
     /// # Errors
     ///
@@ -211,12 +216,16 @@ impl RedisLock {
         };
         for semaphore in [false, true] {
             for (family, value, remaining) in self.inner.conn.family_holders(semaphore, &lock_key).await? {
+                let (role, suffix) = match family {
+                    Family::Read => (dlock_core::Role::Read, scripts::READERS_SUFFIX),
+                    Family::Write => (dlock_core::Role::Write, scripts::WRITER_SUFFIX),
+                    Family::Permits { count, .. } => {
+                        (dlock_core::Role::Permits(count), scripts::PERMITS_SUFFIX)
+                    }
+                };
                 all.push(Holder {
-                    role: match family {
-                        Family::Read => dlock_core::Role::Read,
-                        Family::Write => dlock_core::Role::Write,
-                        Family::Permits { count, .. } => dlock_core::Role::Permits(count),
-                    },
+                    role,
+                    key: scripts::companion_key(&lock_key, suffix),
                     info: scripts::parse_value(&value),
                     value,
                     remaining,

@@ -592,7 +592,8 @@ pub struct FamilyReport {
     pub workload: FamilyWorkload,
     /// Acquire attempts.
     pub operations: usize,
-    /// Grants: reads and writes, or permits.
+    /// Grants held for a while: reads and writes, or permits (a grant
+    /// that came back already past its local deadline counts as lost only).
     pub grants: usize,
     /// Of them, writes (a read-write run).
     pub writes: usize,
@@ -745,12 +746,16 @@ pub async fn run_family_with_faults<L: Lock, F: Faults>(
                     to = Instant::now();
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                spans.push(Span {
-                    client: id,
-                    write,
-                    from,
-                    to,
-                });
+                // A grant already past its local deadline when it came back
+                // was never held: it is a loss, not a hold.
+                if to > from {
+                    spans.push(Span {
+                        client: id,
+                        write,
+                        from,
+                        to,
+                    });
+                }
                 let _ = guard.release().await;
             }
             (ops, lost, spans)

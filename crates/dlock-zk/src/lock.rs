@@ -486,6 +486,11 @@ impl ZkLock {
         });
         let mut mine = Vec::new();
         let mut czxids = Vec::new();
+        // Each lease names the mutex node it was made under, so the
+        // operator views can tell a waiter's leases from held ones.
+        let mutex_node = mutex.node().rsplit('/').next().unwrap_or_default().to_owned();
+        let mut data = self.data();
+        data.extend_from_slice(format!(" {}{mutex_node}", protocol::LEASE_UNDER).as_bytes());
         for _ in 0..count {
             let uuid = uuid::Uuid::new_v4().to_string();
             cleanup.state_mut().push((uuid.clone(), None));
@@ -495,7 +500,7 @@ impl ZkLock {
                 Recipe::Lease,
                 &leases,
                 &uuid,
-                &self.data(),
+                &data,
                 self.acls(),
                 timeout,
             )

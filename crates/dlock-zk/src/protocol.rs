@@ -47,6 +47,9 @@ pub(crate) const LEASE_NAME: &str = "-lease-";
 /// lease waits, and the leases.
 pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
 pub(crate) const SEMAPHORE_LEASES: &str = "leases";
+/// What a lease's data says after `host pid unix-ms`: the mutex node it
+/// was made under (` under=_c_...-lock-0000000012`).
+pub(crate) const LEASE_UNDER: &str = "under=";
 
 /// Which of Curator's recipes a node belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,9 +356,9 @@ async fn read_node(client: &Client, path: &str, timeout: Duration) -> Result<Opt
 /// Every node under the name's directory `dir` that holds now, with what
 /// it holds: the mutex's first node; the read-write lock's first node if
 /// it is a writer's, else its readers before the first writer; the
-/// semaphore's leases (one permit each, as Curator's), except those of the
-/// waiter holding `{dir}/locks` made since it took that mutex (waiting, or
-/// a moment from holding). Each as (role, full path, data, stat).
+/// semaphore's leases (one permit each, as Curator's), except those made
+/// under the node now first in `{dir}/locks` (its waiter's: waiting, or a
+/// moment from holding). Each as (role, full path, data, stat).
 pub(crate) async fn holding(
     client: &Client,
     dir: &str,
@@ -378,13 +381,13 @@ pub(crate) async fn holding(
         }
         candidates.push((Role::Read, format!("{dir}/{name}")));
     }
+    // The waiter holding `{dir}/locks` made its leases under its node
+    // there (their data says so): waiting, or a moment from holding.
     let locks = format!("{dir}/{SEMAPHORE_LOCKS}");
-    let waiting = match contenders(children_of(client, &locks, timeout).await?).first() {
-        Some(first) => read_node(client, &format!("{locks}/{first}"), timeout)
-            .await?
-            .map(|(_, stat)| (stat.ephemeral_owner, stat.czxid)),
-        None => None,
-    };
+    let waiting = contenders(children_of(client, &locks, timeout).await?)
+        .into_iter()
+        .next()
+        .map(|first| format!(" {LEASE_UNDER}{first}"));
     let leases = format!("{dir}/{SEMAPHORE_LEASES}");
     for name in contenders_of(Recipe::Lease, children_of(client, &leases, timeout).await?) {
         candidates.push((Role::Permits(1), format!("{leases}/{name}")));
@@ -394,8 +397,8 @@ pub(crate) async fn holding(
         let Some((data, stat)) = read_node(client, &path, timeout).await? else {
             continue;
         };
-        let waits = role == Role::Permits(1)
-            && waiting.is_some_and(|(owner, since)| stat.ephemeral_owner == owner && stat.czxid > since);
+        let waits =
+            role == Role::Permits(1) && waiting.as_ref().is_some_and(|tag| data.ends_with(tag.as_bytes()));
         if !waits {
             found.push((role, path, data, stat));
         }

@@ -108,12 +108,13 @@ async fn an_ensemble_under_member_faults_keeps_exclusion() {
         }
         let key = LockKey::new(format!("family-{i}")).unwrap();
         let short = SafetyPlan {
-            duration: run_for(10),
+            duration: run_for(15),
             ..plan
         };
-        // Each run starts with another fault (a short run has room for one).
+        // Each run starts with other faults (a short run has room for two):
+        // kill/restart and stop, then partition and kill/restart.
         let mut turn = schedule.clone();
-        turn.kinds.rotate_left(i + 1);
+        turn.kinds.rotate_left(2 * i);
         let (found, back) = run_family_with_faults(clients, &key, workload, short, faults, turn).await;
         faults = back;
         eprintln!("zk {run}: {found}");

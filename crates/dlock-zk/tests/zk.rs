@@ -713,3 +713,46 @@ async fn a_server_down_and_a_bad_url_read_as_sentences() {
     assert!(matches!(e, Error::InvalidConfig(_)), "{shown}");
     assert_eq!(shown.matches("invalid configuration").count(), 1, "{shown}");
 }
+
+/// `holders` lists a semaphore's holders and not the waiter queued behind
+/// them, even when holder and waiter share one session (one handle), and
+/// the read-write lock's reader and writer each in their turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_leave_a_semaphores_waiter_out_even_on_the_holders_session() {
+    use dlock_core::Role;
+    let server = shared::zk().await.unwrap();
+    let lock = ZkLock::connect(ZkConfig::new(server.addresses[0].clone()))
+        .await
+        .unwrap();
+    let k = key(&unique("holders"));
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(20));
+    let held = lock.acquire_permits(&k, 1, 1, opts).await.unwrap();
+    let waiter = tokio::spawn({
+        let (lock, k) = (lock.clone(), k.clone());
+        async move {
+            lock.acquire_permits(&k, 1, 1, opts.wait(Wait::Forever))
+                .await
+                .map(drop)
+        }
+    });
+    let client = Client::connect(&server.addresses[0]).await.unwrap();
+    let leases = format!("/dlock/{}/leases", k.as_str());
+    until("the waiter's lease", async || {
+        client.list_children(&leases).await.map(|c| c.len()) == Ok(2)
+    })
+    .await;
+    let holders = lock.holders(&k).await.unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].role, Role::Permits(1));
+    assert_eq!(holders[0].node, held.node());
+    waiter.abort();
+    held.release().await.unwrap();
+    let r = lock.acquire_read(&k, opts).await.unwrap();
+    let roles: Vec<Role> = lock.holders(&k).await.unwrap().iter().map(|h| h.role).collect();
+    assert_eq!(roles, [Role::Read]);
+    r.release().await.unwrap();
+    let w = lock.acquire_write(&k, opts).await.unwrap();
+    let roles: Vec<Role> = lock.holders(&k).await.unwrap().iter().map(|h| h.role).collect();
+    assert_eq!(roles, [Role::Write]);
+    w.release().await.unwrap();
+}
