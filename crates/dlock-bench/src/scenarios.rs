@@ -1,4 +1,4 @@
-//! The six scenarios. Each returns its figures; nothing here judges them.
+//! Scenarios 1 to 6 (7, the lock family, is in `family.rs`). Each returns its figures; nothing here judges them.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
