@@ -187,7 +187,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
 
 /// Every holder of anything named `key` on the backend `config` names: the
 /// mutex's, the read-write lock's writer or readers, the semaphore's permit
-/// holders (waiters left out), each with its [`Role`](dlock_core::Role).
+/// holders (waiters left out), each with its [`Role`].
 /// Empty if nobody holds, or if the backend cannot tell (`mem`, `redlock`).
 ///
 /// # Errors
