@@ -10,7 +10,7 @@ use tokio::process::Command;
 use crate::servers::Servers;
 use crate::setup::ensure_packages;
 
-const BACKENDS: [&str; 5] = ["redis", "redlock", "etcd", "zk", "processes"];
+const BACKENDS: [&str; 6] = ["redis", "redlock", "etcd", "zk", "postgres", "processes"];
 
 /// `cargo xtask safety`.
 pub async fn run(args: &[String]) -> Result<(), String> {

@@ -2,9 +2,9 @@
 //! `cargo xtask servers`.
 
 use dlock_testkit::launcher::shared::{
-    ETCD_VAR, REDIS_CLUSTER_VAR, REDIS_NODES, REDIS_NODES_VAR, REDIS_VAR, ZK_VAR,
+    ETCD_VAR, POSTGRES_VAR, REDIS_CLUSTER_VAR, REDIS_NODES, REDIS_NODES_VAR, REDIS_VAR, ZK_VAR,
 };
-use dlock_testkit::launcher::{Etcd, Redis, ZooKeeper};
+use dlock_testkit::launcher::{Etcd, Postgres, Redis, ZooKeeper};
 
 /// One of each server the tests share. Dropping it stops them all.
 pub struct Servers {
@@ -13,17 +13,19 @@ pub struct Servers {
     redis_cluster: Redis,
     etcd: Etcd,
     zk: ZooKeeper,
+    postgres: Postgres,
 }
 
 impl Servers {
     /// Starts them all (concurrently) and waits until each is ready.
     pub async fn start() -> Result<Self, String> {
-        let (redis, redis_nodes, redis_cluster, etcd, zk) = tokio::join!(
+        let (redis, redis_nodes, redis_cluster, etcd, zk, postgres) = tokio::join!(
             Redis::start(),
             Redis::start_many(REDIS_NODES),
             Redis::start_cluster(3),
             Etcd::start(),
-            ZooKeeper::start()
+            ZooKeeper::start(),
+            Postgres::start()
         );
         Ok(Servers {
             redis: redis.map_err(|e| e.to_string())?,
@@ -31,6 +33,7 @@ impl Servers {
             redis_cluster: redis_cluster.map_err(|e| e.to_string())?,
             etcd: etcd.map_err(|e| e.to_string())?,
             zk: zk.map_err(|e| e.to_string())?,
+            postgres: postgres.map_err(|e| e.to_string())?,
         })
     }
 
@@ -49,6 +52,7 @@ impl Servers {
             format!("redlock://{}", nodes.join(",")),
             format!("etcd://{}", etcd.join(",")),
             format!("zk://{}", self.zk.connect_string()),
+            self.postgres.url(),
         ]
     }
 
@@ -63,6 +67,7 @@ impl Servers {
             ),
             (ETCD_VAR, self.etcd.endpoints().join(",")),
             (ZK_VAR, self.zk.connect_string()),
+            (POSTGRES_VAR, self.postgres.url()),
         ]
     }
 }

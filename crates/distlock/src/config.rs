@@ -43,6 +43,10 @@ type EtcdSection = Disabled;
 type ZkSection = dlock_zk::ZkConfig;
 #[cfg(not(feature = "zk"))]
 type ZkSection = Disabled;
+#[cfg(feature = "postgres")]
+type PostgresSection = dlock_postgres::PostgresConfig;
+#[cfg(not(feature = "postgres"))]
+type PostgresSection = Disabled;
 
 /// Which backend, with its settings: a serde enum tagged by `backend`.
 ///
@@ -69,6 +73,8 @@ pub enum Config {
     Etcd(EtcdSection),
     /// ZooKeeper (feature `zk`).
     Zk(ZkSection),
+    /// PostgreSQL (feature `postgres`).
+    Postgres(PostgresSection),
 }
 
 /// The three ways to say which backend to use, for error messages.
@@ -76,7 +82,7 @@ pub(crate) const HOW_TO_CONFIGURE: &str = "no lock backend configured; give one 
      --url URL              e.g. --url etcd://127.0.0.1:2379\n  \
      --config FILE          a TOML or JSON file with `backend = \"...\"`\n  \
      DLOCK_URL=URL          in the environment\n\
-     URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3, etcd://, etcds://, zk://";
+     URL schemes: mem://, redis://, rediss://, redlock://h1,h2,h3, etcd://, etcds://, zk://, postgres://";
 
 fn invalid(msg: String) -> Error {
     Error::InvalidConfig(msg)
@@ -173,6 +179,7 @@ impl Config {
     /// | `redlock://[:pass@]h1:6379,h2:6379,h3:6379` | Redlock |
     /// | `etcd://[user:pass@]h1:2379,h2:2379`, `etcds://...` | etcd (TLS) |
     /// | `zk://[user:pass@]h1:2181,h2:2181[/chroot]` | ZooKeeper (digest auth) |
+    /// | `postgres://[user[:pass]@]host[:5432][/db][?sslmode=...]`, `postgresql://...` | PostgreSQL |
     ///
     /// ```
     /// let config = distlock::Config::from_url("mem://").unwrap();
@@ -240,8 +247,12 @@ impl Config {
                 let chroot = a.path.split('?').next().unwrap_or_default();
                 Self::zk(format!("{}{chroot}", hosts.join(",")), a.user, a.password)
             }
+            "postgres" | "postgresql" => {
+                authority(url, rest)?;
+                Self::postgres(url)
+            }
             other => Err(invalid(format!(
-                "unknown URL scheme {other:?}; known: mem, redis, rediss, redis-cluster, rediss-cluster, redlock, etcd, etcds, zk"
+                "unknown URL scheme {other:?}; known: mem, redis, rediss, redis-cluster, rediss-cluster, redlock, etcd, etcds, zk, postgres, postgresql"
             ))),
         }
     }
@@ -280,6 +291,15 @@ impl Config {
     #[cfg(not(feature = "etcd"))]
     fn etcd(_: Vec<String>, _: Option<&str>, _: Option<&str>, _: bool) -> Result<Config> {
         Err(feature_off("etcd"))
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres(url: &str) -> Result<Config> {
+        Ok(Config::Postgres(dlock_postgres::PostgresConfig::from_url(url)))
+    }
+    #[cfg(not(feature = "postgres"))]
+    fn postgres(_: &str) -> Result<Config> {
+        Err(feature_off("postgres"))
     }
 
     #[cfg(feature = "zk")]
@@ -347,6 +367,7 @@ impl Config {
             Config::Redlock(_) => "redlock",
             Config::Etcd(_) => "etcd",
             Config::Zk(_) => "zk",
+            Config::Postgres(_) => "postgres",
         }
     }
 }

@@ -49,6 +49,10 @@ pub use dlock_core::*;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use dlock_etcd as etcd;
+/// The PostgreSQL driver (feature `postgres`).
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use dlock_postgres as postgres;
 /// The single-Redis driver (feature `redis`).
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -88,6 +92,10 @@ pub async fn connect(config: &Config) -> Result<AnyLock> {
         Config::Etcd(c) => Ok(AnyLock::new(dlock_etcd::EtcdLock::connect(c.clone()).await?)),
         #[cfg(feature = "zk")]
         Config::Zk(c) => Ok(AnyLock::new(dlock_zk::ZkLock::connect(c.clone()).await?)),
+        #[cfg(feature = "postgres")]
+        Config::Postgres(c) => Ok(AnyLock::new(
+            dlock_postgres::PostgresLock::connect(c.clone()).await?,
+        )),
         other => Err(Error::InvalidConfig(format!(
             "the {0} backend is not built in: enable the cargo feature `{0}` of distlock",
             other.backend()
@@ -176,6 +184,19 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
                 remaining: None,
             }))
         }
+        #[cfg(feature = "postgres")]
+        Config::Postgres(c) => {
+            let lock = dlock_postgres::PostgresLock::connect(c.clone()).await?;
+            Ok(lock.holder(key).await?.map(|h| Holder {
+                role: dlock_core::Role::Mutex,
+                id: format!("{}.{}/{}", c.schema, c.table, key.as_str()),
+                since: h.since(),
+                detail: h.locked_by,
+                // A row ShedLock wrote has no token (fence 0).
+                token: u64::try_from(h.fence).ok().filter(|&t| t > 0),
+                remaining: h.remaining,
+            }))
+        }
         #[cfg(feature = "redlock")]
         Config::Redlock(_) => Ok(None),
         other => Err(Error::InvalidConfig(format!(
@@ -253,6 +274,8 @@ pub async fn holders(config: &Config, key: &LockKey) -> Result<Vec<Holder>> {
                 })
                 .collect())
         }
+        #[cfg(feature = "postgres")]
+        Config::Postgres(_) => Ok(holder(config, key).await?.into_iter().collect()),
         #[cfg(feature = "redlock")]
         Config::Redlock(_) => Ok(Vec::new()),
         other => Err(Error::InvalidConfig(format!(

@@ -40,6 +40,7 @@ async fn urls() -> (Vec<String>, Vec<Box<dyn std::any::Any + Send>>) {
     let nodes = shared::redis_nodes().await.unwrap();
     let etcd = shared::etcd().await.unwrap();
     let zk = shared::zk().await.unwrap();
+    let postgres = shared::postgres().await.unwrap();
     let strip = |u: &str| {
         u.trim_start_matches("redis://")
             .trim_start_matches("http://")
@@ -66,9 +67,15 @@ async fn urls() -> (Vec<String>, Vec<Box<dyn std::any::Any + Send>>) {
                 .join(",")
         ),
         format!("zk://{}", zk.addresses[0]),
+        postgres.addresses[0].clone(),
     ];
-    let keep: Vec<Box<dyn std::any::Any + Send>> =
-        vec![Box::new(redis), Box::new(nodes), Box::new(etcd), Box::new(zk)];
+    let keep: Vec<Box<dyn std::any::Any + Send>> = vec![
+        Box::new(redis),
+        Box::new(nodes),
+        Box::new(etcd),
+        Box::new(zk),
+        Box::new(postgres),
+    ];
     (urls, keep)
 }
 

@@ -699,3 +699,42 @@ async fn shared_and_permits_run_side_by_side_up_to_their_limit() {
     assert!(err.contains("does not offer semaphores"), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("should-not-run"));
 }
+
+/// `DLOCK_URL=postgres://...` through the facade: a command runs under the
+/// lock, a second one is refused while it holds (naming the holder), and
+/// `dlock holder` shows the row; a read-write lock is refused, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_locks_and_names_its_holder() {
+    let server = shared::postgres().await.unwrap();
+    let url = server.addresses[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let key = unique("pg");
+    let once = Command::new(DLOCK)
+        .args(["run", &key, "--", "sh", "-c", "echo ran-under-postgres"])
+        .env("DLOCK_URL", &url)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(once.status.success(), "{once:?}");
+    assert!(String::from_utf8_lossy(&once.stdout).contains("ran-under-postgres"));
+    let started = dir.path().join("started");
+    let mut holder = hold(&url, &key, &started, 3).await;
+    let refused = run(&url, &key, &["--no-wait"], "echo should-not-run");
+    assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("held by"),
+        "{refused:?}"
+    );
+    let who = dlock(&url, &["holder", &key]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&who.stdout).contains("is held by"),
+        "{who:?}"
+    );
+    assert!(holder.wait().unwrap().success());
+    let rw = run(&url, &unique("pg-rw"), &["--shared"], "echo should-not-run");
+    assert_eq!(rw.status.code(), Some(2), "{rw:?}");
+    assert!(
+        String::from_utf8_lossy(&rw.stderr).contains("does not offer read-write locks"),
+        "{rw:?}"
+    );
+}

@@ -584,6 +584,18 @@ pub fn endpoint_of(url: &str) -> String {
     hosts.split(['/', '?', '#']).next().unwrap_or_default().to_owned()
 }
 
+/// This machine's name, for the owner values drivers write (whitespace
+/// replaced, so it stays one word): what an operator sees as the holder's
+/// host.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|h| h.trim().replace(char::is_whitespace, "_"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
 /// `url` with its credentials hidden, for messages and `Debug`: everything
 /// between `scheme://` and the *last* `@` is userinfo (a password may hold
 /// `/`, `?`, `#` or `@` unescaped; hiding too much is better than printing

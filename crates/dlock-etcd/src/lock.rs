@@ -183,9 +183,7 @@ impl EtcdLock {
                 config,
                 sessions: Mutex::default(),
                 opening: tokio::sync::Mutex::new(()),
-                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_else(|_| "unknown-host".to_owned()),
+                host: dlock_core::driver::host_name(),
             }),
         })
     }

@@ -122,12 +122,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// This machine's name, for lock values (whitespace replaced).
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .ok()
-        .map(|h| h.trim().replace(char::is_whitespace, "_"))
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned())
+    dlock_core::driver::host_name()
 }
 
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and

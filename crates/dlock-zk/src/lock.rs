@@ -100,9 +100,7 @@ impl ZkLock {
                 config,
                 session: tokio::sync::Mutex::new(session),
                 abandoned,
-                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_else(|_| "unknown-host".to_owned()),
+                host: dlock_core::driver::host_name(),
             }),
         })
     }

@@ -27,6 +27,12 @@ pub struct Member {
     child: Option<Child>,
     paused: bool,
     envs: Vec<(String, String)>,
+    /// Whether a restart whose process exits before it is ready is tried
+    /// again (until the readiness deadline).
+    retry_start: bool,
+    /// The uid and gid the process runs as, and the directory it starts
+    /// in (none: ours).
+    user: Option<((u32, u32), PathBuf)>,
 }
 
 impl std::fmt::Debug for Member {
@@ -60,7 +66,23 @@ impl Member {
             child: None,
             paused: false,
             envs: Vec::new(),
+            retry_start: false,
+            user: None,
         }
+    }
+
+    /// Makes a restart try again when the new process exits before it is
+    /// ready (see [`restart`](Self::restart)).
+    pub(crate) fn retrying_start(mut self) -> Self {
+        self.retry_start = true;
+        self
+    }
+
+    /// Runs the process as this uid and gid (a server that refuses root),
+    /// started in `dir` (one that user may enter).
+    pub(crate) fn run_as(mut self, ids: (u32, u32), dir: PathBuf) -> Self {
+        self.user = Some((ids, dir));
+        self
     }
 
     /// Sets an environment variable for the process (from its next start).
@@ -95,20 +117,25 @@ impl Member {
             return Ok(());
         }
         let log = File::options().create(true).append(true).open(&self.log)?;
-        let child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| {
-                LaunchError(format!(
-                    "{}: cannot run {}: {e}",
-                    self.name,
-                    self.program.display()
-                ))
-            })?;
+            .stderr(log);
+        if let Some(((uid, gid), dir)) = &self.user {
+            std::os::unix::process::CommandExt::uid(&mut command, *uid);
+            std::os::unix::process::CommandExt::gid(&mut command, *gid);
+            command.current_dir(dir);
+        }
+        let child = command.spawn().map_err(|e| {
+            LaunchError(format!(
+                "{}: cannot run {}: {e}",
+                self.name,
+                self.program.display()
+            ))
+        })?;
         self.child = Some(child);
         self.paused = false;
         Ok(())
@@ -193,8 +220,19 @@ impl Member {
         if self.child.is_some() {
             self.kill()?;
         }
-        self.spawn()?;
-        self.wait_ready().await
+        let deadline = Instant::now() + self.ready_within;
+        loop {
+            self.spawn()?;
+            match self.wait_ready().await {
+                // A server whose killed processes let go of what it needs
+                // a moment later (PostgreSQL's children and its shared
+                // memory): the start that met them exited; try again.
+                Err(_) if self.retry_start && self.child.is_none() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Freezes the process with `SIGSTOP`: its sockets stay open, nothing

@@ -20,6 +20,7 @@
 
 pub mod etcd;
 mod member;
+pub mod postgres;
 mod proxy;
 pub mod redis;
 pub mod shared;
@@ -30,6 +31,7 @@ use std::net::{SocketAddr, TcpListener};
 
 pub use etcd::Etcd;
 pub use member::Member;
+pub use postgres::Postgres;
 pub use proxy::{Fault, FaultProxy};
 pub use redis::Redis;
 pub use zk::ZooKeeper;
@@ -125,6 +127,7 @@ pub fn missing_packages() -> Vec<&'static str> {
         ("etcd-server", etcd::SERVER),
         ("etcd-client", etcd::CTL),
         ("zookeeper", zk::JAR),
+        ("postgresql", postgres::SERVER),
         ("protobuf-compiler", "/usr/bin/protoc"),
         // Builds the Redis clock shim (and links Rust itself).
         ("gcc", "/usr/bin/cc"),

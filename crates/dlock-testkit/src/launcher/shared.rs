@@ -11,13 +11,14 @@
 //! | `DLOCK_TEST_REDIS_CLUSTER` | `redis-cluster://127.0.0.1:P1?node=127.0.0.1:P2&node=...` (3 masters) |
 //! | `DLOCK_TEST_ETCD` | `http://127.0.0.1:PORT` (comma-separated if several) |
 //! | `DLOCK_TEST_ZK` | `127.0.0.1:PORT` (comma-separated if several) |
+//! | `DLOCK_TEST_POSTGRES` | `postgres://dlock@127.0.0.1:PORT/dlock` |
 //!
 //! Under plain `cargo test` the variables are absent, and each call here
 //! starts a private server through the launcher instead, kept alive by the
 //! returned [`Endpoint`]. Under CI (`CI` set) an absent variable is an error:
 //! a test that needs a server must fail loudly, never skip.
 
-use super::{Etcd, LaunchError, Redis, ZooKeeper};
+use super::{Etcd, LaunchError, Postgres, Redis, ZooKeeper};
 
 /// The environment variable naming the shared single Redis.
 pub const REDIS_VAR: &str = "DLOCK_TEST_REDIS";
@@ -30,6 +31,8 @@ pub const REDIS_CLUSTER_VAR: &str = "DLOCK_TEST_REDIS_CLUSTER";
 pub const ETCD_VAR: &str = "DLOCK_TEST_ETCD";
 /// The environment variable naming the shared ZooKeeper.
 pub const ZK_VAR: &str = "DLOCK_TEST_ZK";
+/// The environment variable naming the shared PostgreSQL.
+pub const POSTGRES_VAR: &str = "DLOCK_TEST_POSTGRES";
 /// How many Redis nodes `cargo xtask test` starts for Redlock.
 pub const REDIS_NODES: usize = 5;
 
@@ -146,6 +149,25 @@ pub async fn zk() -> Result<Endpoint<ZooKeeper>, LaunchError> {
     let server = ZooKeeper::start().await?;
     Ok(Endpoint {
         addresses: vec![server.connect_string()],
+        server: Some(server),
+    })
+}
+
+/// The shared PostgreSQL, or a private one.
+///
+/// # Errors
+///
+/// As [`redis`].
+pub async fn postgres() -> Result<Endpoint<Postgres>, LaunchError> {
+    if let Some(addresses) = from_env(POSTGRES_VAR)? {
+        return Ok(Endpoint {
+            addresses,
+            server: None,
+        });
+    }
+    let server = Postgres::start().await?;
+    Ok(Endpoint {
+        addresses: vec![server.url()],
         server: Some(server),
     })
 }

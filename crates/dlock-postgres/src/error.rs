@@ -1,0 +1,49 @@
+//! The backend's name and the mapping of tokio-postgres's errors into dlock's.
+
+use dlock_core::Error;
+use tokio_postgres::error::SqlState;
+
+/// The backend's name in errors and reports.
+pub(crate) const BACKEND: &str = "postgres";
+
+/// Maps a tokio-postgres error into dlock's [`Error`]: a connection that is
+/// gone or a server that cannot serve now is [`Error::Unavailable`]; a
+/// database that does not exist or credentials refused,
+/// [`Error::InvalidConfig`]; anything else the server said, [`Error::Backend`].
+pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
+    if e.is_closed() {
+        return Error::unavailable(BACKEND, e);
+    }
+    let Some(code) = e.code() else {
+        // No SQL state: the connection or the protocol failed.
+        return Error::unavailable(BACKEND, e);
+    };
+    // A code is five characters; anything else is read as no class.
+    let class = code.code().get(..2).unwrap_or_default();
+    if class == "08"
+        || class == "53"
+        || class == "57"
+        || class == "40"
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+    {
+        // Connection exceptions, out of resources, shutting down or not
+        // ready, serialization failures and a standby: try again later.
+        return Error::unavailable(BACKEND, e);
+    }
+    if *code == SqlState::INVALID_CATALOG_NAME
+        || *code == SqlState::INVALID_PASSWORD
+        || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    {
+        return Error::InvalidConfig(format!("{BACKEND}: {}", describe(&e)));
+    }
+    Error::backend(BACKEND, describe(&e))
+}
+
+/// The server's message, when it sent one (tokio-postgres's `Display` of a
+/// database error says only "db error").
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
