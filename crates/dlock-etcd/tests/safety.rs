@@ -9,8 +9,8 @@ use dlock_core::LockKey;
 use dlock_etcd::{EtcdConfig, EtcdLock};
 use dlock_testkit::launcher::{Etcd, FaultProxy};
 use dlock_testkit::safety::{
-    FamilyWorkload, FaultKind, MemberFaults, SafetyPlan, Schedule, pause_run, publish, publish_family,
-    residue, run_family_with_faults, run_for, run_with_faults,
+    FaultKind, MemberFaults, SafetyPlan, Schedule, family_runs, pause_run, publish, residue, run_for,
+    run_with_faults,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,40 +81,20 @@ async fn a_cluster_under_member_faults_keeps_exclusion() {
     );
     // The semaphore's count and the read-write lock's exclusion, under
     // the same faults: four clients, one of them behind the proxy.
-    let mut faults = faults;
-    let mut family = Vec::new();
-    for (i, (workload, run)) in [
-        (
-            FamilyWorkload::Semaphore { limit: 2 },
-            "semaphore of 2, member kill/stop, client partition",
-        ),
-        (
-            FamilyWorkload::ReadWrite,
-            "read-write lock, member kill/stop, client partition",
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut clients = Vec::new();
-        for config in &family_configs {
-            clients.push(EtcdLock::connect(config.clone()).await.unwrap());
-        }
-        let key = LockKey::new(format!("family-{i}")).unwrap();
-        let short = SafetyPlan {
-            duration: run_for(15),
-            ..plan
-        };
-        // Each run starts with other faults (a short run has room for two):
-        // kill/restart and stop, then partition and kill/restart.
-        let mut turn = schedule.clone();
-        turn.kinds.rotate_left(2 * i);
-        let (found, back) = run_family_with_faults(clients, &key, workload, short, faults, turn).await;
-        faults = back;
-        eprintln!("etcd {run}: {found}");
-        publish_family("etcd", run, &found, "never more than the limit; a writer alone");
-        family.push(found);
-    }
+    let (family, faults) = family_runs(
+        "etcd",
+        async || {
+            let mut clients = Vec::new();
+            for config in &family_configs {
+                clients.push(EtcdLock::connect(config.clone()).await.unwrap());
+            }
+            clients
+        },
+        plan,
+        faults,
+        &schedule,
+    )
+    .await;
     drop(faults);
     for found in &family {
         assert!(found.is_safe(), "{found}");

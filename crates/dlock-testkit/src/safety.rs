@@ -789,6 +789,51 @@ pub async fn run_family_with_faults<L: Lock, F: Faults>(
     (report, faults)
 }
 
+/// The two family runs a driver's fault test makes after its mutex run,
+/// on the same fault target: one permit of a semaphore of 2, then a
+/// read-write lock, each `run_for(15)` long on fresh clients from
+/// `clients`, each starting with other faults of `schedule` (a short run
+/// has room for two), each published under `backend`. Returns the reports
+/// and the fault target.
+pub async fn family_runs<L: Lock, F: Faults>(
+    backend: &str,
+    mut clients: impl AsyncFnMut() -> Vec<L>,
+    plan: SafetyPlan,
+    mut faults: F,
+    schedule: &Schedule,
+) -> (Vec<FamilyReport>, F) {
+    let mut reports = Vec::new();
+    for (i, (workload, run)) in [
+        (
+            FamilyWorkload::Semaphore { limit: 2 },
+            "semaphore of 2, member kill/stop, client partition",
+        ),
+        (
+            FamilyWorkload::ReadWrite,
+            "read-write lock, member kill/stop, client partition",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = LockKey::new(format!("family-{i}")).expect("a valid key");
+        let short = SafetyPlan {
+            duration: run_for(15),
+            ..plan
+        };
+        // Kill/restart and stop, then partition and kill/restart.
+        let mut turn = schedule.clone();
+        turn.kinds.rotate_left(2 * i);
+        let (found, back) =
+            run_family_with_faults(clients().await, &key, workload, short, faults, turn).await;
+        faults = back;
+        eprintln!("{backend} {run}: {found}");
+        publish_family(backend, run, &found, "never more than the limit; a writer alone");
+        reports.push(found);
+    }
+    (reports, faults)
+}
+
 /// As [`publish`], for a family run.
 pub fn publish_family(backend: &str, run: &str, report: &FamilyReport, claim: &str) {
     publish_line(backend, run, claim, &report.to_string(), &report.faults);
