@@ -179,7 +179,7 @@ impl Config {
     /// | `redlock://[:pass@]h1:6379,h2:6379,h3:6379` | Redlock |
     /// | `etcd://[user:pass@]h1:2379,h2:2379`, `etcds://...` | etcd (TLS) |
     /// | `zk://[user:pass@]h1:2181,h2:2181[/chroot]` | ZooKeeper (digest auth) |
-    /// | `postgres://[user[:pass]@]host[:5432][/db][?sslmode=...]`, `postgresql://...` | PostgreSQL |
+    /// | `postgres://[user[:pass]@]host[:5432][/db][?sslmode=require&sslrootcert=PATH]`, `postgresql://...` | PostgreSQL |
     ///
     /// ```
     /// let config = distlock::Config::from_url("mem://").unwrap();

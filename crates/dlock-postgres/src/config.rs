@@ -2,7 +2,9 @@
 //! how long to wait.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
@@ -34,8 +36,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PostgresConfig {
-    /// `postgres://[user[:password]@]host[:port][,host2[:port2]...][/database][?sslmode=disable|prefer]`
+    /// `postgres://[user[:password]@]host[:port][,host2[:port2]...][/database][?param=value&...]`
     /// (`postgresql://` too). Default `postgres://postgres@127.0.0.1:5432/postgres`.
+    ///
+    /// TLS: `sslmode=require` (or `verify-ca`, `verify-full`: all three
+    /// verify the server's certificate chain and host name, stricter than
+    /// libpq's `require`), and `sslrootcert=PATH` for the CA to trust
+    /// instead of the system's. `sslmode=prefer` (the default) and
+    /// `disable` connect without TLS: dlock never makes a TLS connection it
+    /// does not verify. Client certificates are not supported.
     pub url: String,
     /// The schema of the lock table (default `public`).
     pub schema: String,
@@ -45,6 +54,11 @@ pub struct PostgresConfig {
     /// Whether `connect` creates the table when it is absent (default
     /// true). Off, a missing table is an error naming the statement.
     pub create_table: bool,
+    /// A PEM file of the certificate authorities to trust, instead of the
+    /// system's (what `sslrootcert=PATH` in the URL sets; not both). It
+    /// turns TLS on unless the URL says `sslmode=disable`, which is an
+    /// error.
+    pub ca_file: Option<PathBuf>,
     /// How long to try to connect before reporting the server unavailable
     /// (default 5 s).
     #[serde(with = "humantime_serde")]
@@ -61,6 +75,7 @@ impl Default for PostgresConfig {
             schema: "public".to_owned(),
             table: "dlock_locks".to_owned(),
             create_table: true,
+            ca_file: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(2),
         }
@@ -139,8 +154,9 @@ impl PostgresConfig {
     }
 
     /// Checks the URL, names and timeouts, and builds tokio-postgres's
-    /// configuration.
-    pub(crate) fn to_tokio(&self) -> Result<tokio_postgres::Config, Error> {
+    /// configuration and the TLS connector (which reads the CA file, or
+    /// the system's certificates).
+    pub(crate) fn to_tokio(&self) -> Result<(tokio_postgres::Config, Tls), Error> {
         let bad = |why: String| Error::InvalidConfig(format!("postgres URL {}: {why}", shown(&self.url)));
         if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
             return Err(bad("the scheme must be postgres:// or postgresql://".to_owned()));
@@ -151,20 +167,170 @@ impl PostgresConfig {
             ));
         }
         self.qualified_table()?;
-        let mut config = tokio_postgres::Config::from_str(&self.url).map_err(|e| bad(e.to_string()))?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(bad(
-                "sslmode=require: this build of dlock-postgres has no TLS (use sslmode=disable or prefer, or a TLS-terminating proxy)"
-                    .to_owned(),
-            ));
-        }
+        let params = TlsParams::take_from(&self.url).map_err(bad)?;
+        let mut config = tokio_postgres::Config::from_str(&params.url).map_err(|e| bad(e.to_string()))?;
+        let ca_file = match (self.ca_file.clone(), params.root_cert) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "sslrootcert in the URL and ca_file in the configuration: give one".to_owned(),
+                ));
+            }
+            (Some(file), None) | (None, Some(file)) => Some(file),
+            (None, None) => None,
+        };
+        use tokio_postgres::config::SslMode;
+        let verified = params.verify || config.get_ssl_mode() == SslMode::Require;
+        let tls = if verified || ca_file.is_some() {
+            if params.disable {
+                return Err(bad(
+                    "sslmode=disable, and TLS asked for by a CA file or sslmode=verify-*: drop one"
+                        .to_owned(),
+                ));
+            }
+            config.ssl_mode(SslMode::Require);
+            Tls::Verified(tls_connector(ca_file.as_ref())?)
+        } else {
+            // prefer (the default) or disable: no TLS, as no TLS
+            // connection is made without verifying it.
+            config.ssl_mode(SslMode::Disable);
+            Tls::Off
+        };
         if config.get_user().is_none() {
             config.user("postgres");
         }
         config.connect_timeout(self.connect_timeout);
         config.application_name("dlock");
-        Ok(config)
+        Ok((config, tls))
     }
+}
+
+/// How connections are made: in the clear, or over TLS with the server's
+/// certificate verified.
+#[derive(Clone)]
+pub(crate) enum Tls {
+    Off,
+    Verified(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tls::Off => "Off",
+            Tls::Verified(_) => "Verified",
+        })
+    }
+}
+
+/// The URL with the TLS parameters tokio-postgres does not know taken out
+/// (`sslrootcert`, and `sslmode=verify-ca|verify-full`, read as `require`
+/// with verification, which `require` always has here).
+struct TlsParams {
+    url: String,
+    root_cert: Option<PathBuf>,
+    verify: bool,
+    disable: bool,
+}
+
+impl TlsParams {
+    fn take_from(url: &str) -> Result<Self, String> {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok(TlsParams {
+                url: url.to_owned(),
+                root_cert: None,
+                verify: false,
+                disable: false,
+            });
+        };
+        let mut kept = Vec::new();
+        let (mut root_cert, mut verify, mut disable) = (None, false, false);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match (key, value) {
+                ("sslrootcert", "") => return Err("sslrootcert needs a path".to_owned()),
+                // libpq 16's word for the system's certificates.
+                ("sslrootcert", "system") => {}
+                ("sslrootcert", path) => root_cert = Some(PathBuf::from(percent_decoded(path)?)),
+                ("sslmode", "verify-ca" | "verify-full") => verify = true,
+                ("sslmode", mode) => {
+                    disable = mode == "disable";
+                    kept.push(pair);
+                }
+                _ => kept.push(pair),
+            }
+        }
+        let url = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok(TlsParams {
+            url,
+            root_cert,
+            verify,
+            disable,
+        })
+    }
+}
+
+/// `%XX` decoded (a path may hold characters a URL cannot).
+fn percent_decoded(s: &str) -> Result<String, String> {
+    let bad = || format!("{s:?} is not percent-encoded properly");
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+/// A rustls connector (ring) trusting the CA file's certificates, or the
+/// system's.
+fn tls_connector(ca_file: Option<&PathBuf>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, Error> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let invalid = |why: String| Error::InvalidConfig(format!("postgres TLS: {why}"));
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| invalid(format!("reading the CA file {}: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(invalid(format!("no certificate in {}", path.display())));
+            }
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| invalid(format!("a certificate in {}: {e}", path.display())))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            // Unreadable ones are skipped, as rustls' own examples do; none
+            // at all is an error.
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err(invalid(
+                    "no system certificate found to verify the server with: give sslrootcert=PATH".to_owned(),
+                ));
+            }
+        }
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// `name` if it is a plain identifier (letters, digits, `_`, not starting
@@ -190,6 +356,7 @@ impl fmt::Debug for PostgresConfig {
             .field("schema", &self.schema)
             .field("table", &self.table)
             .field("create_table", &self.create_table)
+            .field("ca_file", &self.ca_file)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
@@ -215,7 +382,12 @@ mod tests {
         for bad in [
             "redis://127.0.0.1:6379",
             "postgres://u:p@127.0.0.1:notaport/db",
-            "postgres://127.0.0.1/db?sslmode=require",
+            "postgres://127.0.0.1/db?sslmode=bogus",
+            "postgres://127.0.0.1/db?sslrootcert=",
+            "postgres://127.0.0.1/db?sslrootcert=%zz",
+            "postgres://127.0.0.1/db?sslmode=require&sslrootcert=/nonexistent.pem",
+            "postgres://127.0.0.1/db?sslmode=disable&sslrootcert=/nonexistent.pem",
+            "postgres://127.0.0.1/db?sslcert=/client.pem",
         ] {
             let e = PostgresConfig::from_url(bad).to_tokio().unwrap_err();
             assert!(matches!(e, Error::InvalidConfig(_)), "{bad}: {e:?}");
@@ -237,5 +409,32 @@ mod tests {
         );
         let zero = PostgresConfig::default().timeouts(Duration::ZERO, Duration::from_secs(1));
         assert!(zero.to_tokio().is_err());
+    }
+
+    #[test]
+    fn tls_parameters_are_read_and_taken_out() {
+        let p = TlsParams::take_from(
+            "postgres://h/db?sslmode=verify-full&sslrootcert=/a%20b/ca.pem&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(p.url, "postgres://h/db?connect_timeout=3");
+        assert_eq!(p.root_cert, Some(PathBuf::from("/a b/ca.pem")));
+        assert!(p.verify && !p.disable);
+        let p = TlsParams::take_from("postgres://h/db?sslmode=disable&sslrootcert=system").unwrap();
+        assert_eq!(p.url, "postgres://h/db?sslmode=disable");
+        assert!(p.root_cert.is_none() && p.disable && !p.verify);
+        let p = TlsParams::take_from("postgres://h/db").unwrap();
+        assert_eq!(p.url, "postgres://h/db");
+        // prefer and disable make plain connections; nothing asks for TLS.
+        for url in [
+            "postgres://h/db",
+            "postgres://h/db?sslmode=prefer",
+            "postgres://h/db?sslmode=disable",
+        ] {
+            assert!(
+                matches!(PostgresConfig::from_url(url).to_tokio().unwrap().1, Tls::Off),
+                "{url}"
+            );
+        }
     }
 }

@@ -11,6 +11,10 @@ pub(crate) const BACKEND: &str = "postgres";
 /// database that does not exist or credentials refused,
 /// [`Error::InvalidConfig`]; anything else the server said, [`Error::Backend`].
 pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
+    if let Some(why) = tls_refusal(&e) {
+        // Trying again will not change the server's certificate.
+        return Error::InvalidConfig(format!("{BACKEND}: TLS: {why}"));
+    }
     if e.is_closed() {
         return Error::unavailable(BACKEND, e);
     }
@@ -37,6 +41,30 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> Error {
         return Error::InvalidConfig(format!("{BACKEND}: {}", describe(&e)));
     }
     Error::backend(BACKEND, describe(&e))
+}
+
+/// Why TLS could not be set up, when that is what failed for good: the
+/// server's certificate was refused, or the server has no TLS.
+fn tls_refusal(e: &tokio_postgres::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        // tokio-rustls wraps rustls' error in an io::Error, whose `source`
+        // skips it: look inside.
+        let inner = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map_or(s, |inner| inner as &(dyn std::error::Error + 'static));
+        if let Some(rustls::Error::InvalidCertificate(why)) = inner.downcast_ref::<rustls::Error>() {
+            return Some(format!(
+                "the server's certificate was refused ({why}): give the CA that signed it with sslrootcert=PATH"
+            ));
+        }
+        if inner.to_string() == "server does not support TLS" {
+            return Some("the server does not support TLS (sslmode=require)".to_owned());
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// The server's message, when it sent one (tokio-postgres's `Display` of a

@@ -66,7 +66,16 @@
 //!   standby keeps it across a failover; an asynchronous one may lose the
 //!   last grants, so two clients may hold at once for up to a TTL: the
 //!   token still increases, so a fenced resource refuses the older one).
-//! - No TLS in this build: `sslmode=require` is refused at connect.
+//! - **TLS** (rustls, ring): `sslmode=require`, `verify-ca` or
+//!   `verify-full` connect over TLS and verify the server's certificate
+//!   chain and host name (all three; libpq's `require` verifies neither),
+//!   against the system's CAs or the PEM file of `sslrootcert=PATH` (or
+//!   [`PostgresConfig::ca_file`]). `prefer`, the default, and `disable`
+//!   connect in the clear: no TLS connection is made without verifying it.
+//!   A refused certificate, or a server without TLS under `require`, is
+//!   [`Error::InvalidConfig`](dlock_core::Error::InvalidConfig). Client
+//!   certificates (`sslcert`, `sslkey`) are not supported: such a URL is
+//!   refused.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

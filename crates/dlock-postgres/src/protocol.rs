@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, Tls};
 use crate::error::{BACKEND, describe, map_err};
 
 /// The shortest TTL the driver honours.
@@ -186,6 +186,26 @@ impl Drop for Waiting {
     }
 }
 
+/// Drives a connection in its own task, handing release notices to the
+/// waiters; when it ends, every waiter looks again (and polls).
+fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, waiters: Arc<Waiters>) -> JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => waiters.wake(n.payload()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        waiters.wake_all();
+    })
+}
+
 /// What a handle and its guards share: the connection (opened again when
 /// it is lost), the statements, the waiters, the keeper, and whether the
 /// handle was abandoned (then nothing more is sent: as if the process had
@@ -193,6 +213,7 @@ impl Drop for Waiting {
 pub(crate) struct Conn {
     config: PostgresConfig,
     pg: tokio_postgres::Config,
+    tls: Tls,
     sql: Sql,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     abandoned: AtomicBool,
@@ -205,8 +226,9 @@ impl Conn {
     /// Checks the configuration and opens the first connection (creating
     /// the table if it is absent and allowed to).
     pub(crate) async fn connect(config: &PostgresConfig) -> Result<Self> {
-        let pg = config.to_tokio()?;
+        let (pg, tls) = config.to_tokio()?;
         let conn = Conn {
+            tls,
             sql: Sql::new(&config.qualified_table()?),
             config: config.clone(),
             pg,
@@ -262,20 +284,17 @@ impl Conn {
     }
 
     async fn open(&self) -> Result<Session> {
-        let (client, mut connection) = self.pg.connect(NoTls).await.map_err(map_err)?;
         let waiters = Arc::clone(&self.waiters);
-        let task = tokio::spawn(async move {
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                match message {
-                    Ok(AsyncMessage::Notification(n)) => waiters.wake(n.payload()),
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
+        let (client, task) = match &self.tls {
+            Tls::Off => {
+                let (client, connection) = self.pg.connect(NoTls).await.map_err(map_err)?;
+                (client, drive(connection, waiters))
             }
-            // The connection is gone: every waiter looks again (and polls).
-            waiters.wake_all();
-        });
+            Tls::Verified(tls) => {
+                let (client, connection) = self.pg.connect(tls.clone()).await.map_err(map_err)?;
+                (client, drive(connection, waiters))
+            }
+        };
         self.ensure_table(&client).await?;
         client
             .batch_execute(&format!("LISTEN \"{}\"", self.config.channel()))

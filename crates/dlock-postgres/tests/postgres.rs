@@ -203,3 +203,110 @@ fn the_documented_statement_is_the_one_run() {
         "README.md's statement differs from:\n{sql}"
     );
 }
+
+/// `sslmode=require` makes a TLS connection and verifies it: against a
+/// server that refuses plain connections, the driver locks with the CA
+/// given (in the URL or the configuration), refuses a server whose
+/// certificate no trusted CA signed, and `prefer` connects in the clear
+/// (so the server refuses it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_verified_and_used() {
+    let server = Postgres::start_tls().await.unwrap();
+    let ca = server.ca_file().unwrap().to_owned();
+    let base = server.url();
+    let in_url = format!("{base}?sslmode=require&sslrootcert={}", ca.display());
+    let k = key("tls");
+    for config in [
+        PostgresConfig::from_url(in_url.clone()),
+        PostgresConfig {
+            ca_file: Some(ca.clone()),
+            ..PostgresConfig::from_url(format!("{base}?sslmode=verify-full"))
+        },
+        // A CA file alone turns TLS on.
+        PostgresConfig {
+            ca_file: Some(ca.clone()),
+            ..PostgresConfig::from_url(base.clone())
+        },
+    ] {
+        let lock = PostgresLock::connect(config.clone()).await.unwrap();
+        let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+        assert!(g.token().is_some());
+        g.release().await.unwrap();
+        lock.abandon().await;
+    }
+    // Plain connections are refused by this server: prefer (the default)
+    // and disable do not use TLS.
+    for url in [
+        base.clone(),
+        format!("{base}?sslmode=prefer"),
+        format!("{base}?sslmode=disable"),
+    ] {
+        let e = PostgresLock::connect(PostgresConfig::from_url(url.clone()))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no encryption"), "{url}: {e}");
+    }
+    // Without the CA, the system's roots do not know the test CA: refused,
+    // as a configuration error naming the certificate.
+    let e = PostgresLock::connect(PostgresConfig::from_url(format!("{base}?sslmode=require")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("certificate")),
+        "{e:?}"
+    );
+    // A host name the certificate does not name (it names only
+    // 127.0.0.1) is refused, though the CA signed it.
+    let port = server.addr().port();
+    let e = PostgresLock::connect(PostgresConfig::from_url(format!(
+        "postgres://dlock@localhost:{port}/dlock?sslmode=require&sslrootcert={}",
+        ca.display()
+    )))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("certificate")),
+        "{e:?}"
+    );
+    // A plain server refuses TLS: require says so clearly.
+    let plain = shared::postgres().await.unwrap();
+    let e = PostgresLock::connect(PostgresConfig::from_url(format!(
+        "{}?sslmode=require&sslrootcert={}",
+        plain.addresses[0],
+        ca.display()
+    )))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("does not support TLS")),
+        "{e:?}"
+    );
+    // Bad TLS input: a missing CA file, both places at once, disable with
+    // a CA.
+    for (config, says) in [
+        (
+            PostgresConfig::from_url(format!("{base}?sslmode=require&sslrootcert=/nonexistent/ca.pem")),
+            "/nonexistent/ca.pem",
+        ),
+        (
+            PostgresConfig {
+                ca_file: Some(ca.clone()),
+                ..PostgresConfig::from_url(in_url.clone())
+            },
+            "give one",
+        ),
+        (
+            PostgresConfig {
+                ca_file: Some(ca.clone()),
+                ..PostgresConfig::from_url(format!("{base}?sslmode=disable"))
+            },
+            "sslmode=disable",
+        ),
+    ] {
+        let e = PostgresLock::connect(config).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidConfig(m) if m.contains(says)),
+            "{says}: {e:?}"
+        );
+    }
+}

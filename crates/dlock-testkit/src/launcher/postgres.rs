@@ -29,6 +29,8 @@ pub const USER: &str = "dlock";
 #[derive(Debug)]
 pub struct Postgres {
     members: Vec<Member>,
+    sockets: PathBuf,
+    ca_file: Option<PathBuf>,
     _dir: TempDir,
 }
 
@@ -60,6 +62,22 @@ impl Postgres {
     /// If the package is missing, `initdb` fails, or the server does not
     /// become ready in time.
     pub async fn start() -> Result<Self, LaunchError> {
+        Self::start_with(false).await
+    }
+
+    /// A server that takes only TLS connections on loopback (plain ones are
+    /// refused by `pg_hba.conf`), with a certificate for `127.0.0.1` (not
+    /// `localhost`, so a name check can be seen to fail) signed by a new
+    /// CA: [`Postgres::ca_file`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Postgres::start`], and if the certificates cannot be made.
+    pub async fn start_tls() -> Result<Self, LaunchError> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Result<Self, LaunchError> {
         if !Path::new(SERVER).exists() {
             return Err(LaunchError(format!(
                 "{SERVER} not found: install Debian's postgresql package"
@@ -123,6 +141,36 @@ impl Postgres {
             "-c".to_owned(),
             "max_connections=200".to_owned(),
         ];
+        let mut args = args;
+        let ca_file = if tls {
+            let tls_dir = dir.path().join("tls");
+            std::fs::create_dir_all(&tls_dir)?;
+            let files = certificates(&tls_dir)?;
+            let hba = dir.path().join("pg_hba.conf");
+            std::fs::write(
+                &hba,
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 trust\n\
+                 hostnossl all all 127.0.0.1/32 reject\n",
+            )?;
+            if let Some(ids) = user {
+                chown_all(&files.key, ids)?;
+                chown_all(&files.cert, ids)?;
+                chown_all(&hba, ids)?;
+            }
+            for setting in [
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", files.cert.display()),
+                format!("ssl_key_file={}", files.key.display()),
+                format!("hba_file={}", hba.display()),
+            ] {
+                args.push("-c".to_owned());
+                args.push(setting);
+            }
+            Some(files.ca)
+        } else {
+            None
+        };
         let mut member = Member::new(
             "postgres-0".to_owned(),
             addr,
@@ -140,7 +188,12 @@ impl Postgres {
         }
         let mut members = vec![member];
         start_all(&mut members).await?;
-        let mut pg = Postgres { members, _dir: dir };
+        let mut pg = Postgres {
+            members,
+            sockets,
+            ca_file,
+            _dir: dir,
+        };
         pg.create_database().await?;
         Ok(pg)
     }
@@ -148,15 +201,10 @@ impl Postgres {
     /// Creates the database named [`USER`] (initdb makes only `postgres`).
     async fn create_database(&mut self) -> Result<(), LaunchError> {
         let out = tokio::process::Command::new(format!("{BIN}/createdb"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.addr().port().to_string(),
-                "-U",
-                USER,
-                USER,
-            ])
+            // By the socket, which a TLS-only server takes too.
+            .arg("-h")
+            .arg(&self.sockets)
+            .args(["-p", &self.addr().port().to_string(), "-U", USER, USER])
             .output()
             .await
             .map_err(|e| LaunchError(format!("cannot run createdb: {e}")))?;
@@ -181,10 +229,52 @@ impl Postgres {
         format!("postgres://{USER}@{}/{USER}", self.addr())
     }
 
+    /// The CA that signed a [`Postgres::start_tls`] server's certificate
+    /// (PEM), or none.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
     /// The server process, to kill, restart, pause and resume.
     pub fn members(&mut self) -> &mut [Member] {
         &mut self.members
     }
+}
+
+/// The files [`certificates`] writes.
+struct Certificates {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// A new CA, and a server certificate it signs for `127.0.0.1`, written to `dir` (the key readable by its owner only, as
+/// PostgreSQL demands).
+fn certificates(dir: &Path) -> Result<Certificates, LaunchError> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let err = |e: rcgen::Error| LaunchError(format!("making a test certificate: {e}"));
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(Vec::new()).map_err(err)?;
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "dlock test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().map_err(err)?;
+    let params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).map_err(err)?;
+    let cert = params.signed_by(&key, &issuer).map_err(err)?;
+    let files = Certificates {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    };
+    std::fs::write(&files.ca, ca_cert.pem())?;
+    std::fs::write(&files.cert, cert.pem())?;
+    std::fs::write(&files.key, key.serialize_pem())?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))?;
+    Ok(files)
 }
 
 /// Ready when `pg_isready` says the server accepts connections.
