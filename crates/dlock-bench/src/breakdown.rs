@@ -61,7 +61,7 @@ fn stat_servers(floor: &Floor) -> Vec<Fred> {
     match floor {
         Floor::Redis(c) => vec![c.clone()],
         Floor::Redlock(nodes) => nodes.clone(),
-        Floor::Etcd(_) | Floor::Zk(_) => Vec::new(),
+        Floor::Etcd(_) | Floor::Zk(_) | Floor::Postgres(_) => Vec::new(),
     }
 }
 

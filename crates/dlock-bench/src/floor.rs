@@ -5,9 +5,12 @@
 //! - Redlock: the same on every node at once.
 //! - etcd: a put, then a delete.
 //! - ZooKeeper: an ephemeral create, then a delete.
+//! - PostgreSQL: a bare `INSERT` of one row, then its `DELETE` (prepared
+//!   statements, as the driver's, on a table of the floor's own).
 //!
-//! A trivial round trip (`GET`, a range get, an `exists`) is the floor of a
-//! handoff: a released lock cannot reach another client faster than that.
+//! A trivial round trip (`GET`, a range get, an `exists`, a `SELECT 1`) is
+//! the floor of a handoff: a released lock cannot reach another client
+//! faster than that.
 
 use fred::prelude::{Builder, Client as Fred, ClientLike, Config as FredConfig, KeysInterface, LuaInterface};
 use fred::types::{Expiration, SetOptions};
@@ -28,7 +31,22 @@ pub(crate) enum Floor {
     Etcd(Box<etcd_client::Client>),
     /// ZooKeeper.
     Zk(zookeeper_client::Client),
+    /// PostgreSQL.
+    Postgres(std::sync::Arc<Pg>),
 }
+
+/// A raw tokio-postgres client, its prepared statements, and the
+/// notifications its connection received (for the handoff floor).
+pub(crate) struct Pg {
+    client: tokio_postgres::Client,
+    insert: tokio_postgres::Statement,
+    delete: tokio_postgres::Statement,
+    select: tokio_postgres::Statement,
+    notices: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
+}
+
+/// The PostgreSQL floor's table.
+const PG_TABLE: &str = "dlock_bench_floor";
 
 /// The parent of the ZooKeeper floor's nodes.
 const ZK_DIR: &str = "/dlock-bench-floor";
@@ -66,6 +84,57 @@ impl Floor {
     /// ZooKeeper at `connect` (`host:port,...`).
     pub(crate) async fn zk(connect: &str) -> Result<Floor, String> {
         Ok(Floor::Zk(zk_with_dir(connect, ZK_DIR).await?))
+    }
+
+    /// PostgreSQL at `url` (`postgres://...`): its own connection, the
+    /// floor's table made if absent.
+    pub(crate) async fn postgres(url: &str) -> Result<Floor, String> {
+        use futures::StreamExt;
+        let err = |e: tokio_postgres::Error| format!("postgres: {e}");
+        let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(err)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                    let _ = tx.send(n.payload().to_owned());
+                }
+            }
+        });
+        // Two floors may create it at once: one of them may be told it
+        // already exists.
+        let create =
+            format!("CREATE TABLE IF NOT EXISTS {PG_TABLE} (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+        if let Err(e) = client.batch_execute(&create).await {
+            let raced = e.code().is_some_and(|c| {
+                *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+                    || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
+            });
+            if !raced {
+                return Err(err(e));
+            }
+        }
+        let insert = client
+            .prepare(&format!("INSERT INTO {PG_TABLE} (name, value) VALUES ($1, $2)"))
+            .await
+            .map_err(err)?;
+        let delete = client
+            .prepare(&format!(
+                "WITH d AS (DELETE FROM {PG_TABLE} WHERE name = $1 AND value = $2 RETURNING name) \
+                 SELECT pg_notify($3, name) FROM d"
+            ))
+            .await
+            .map_err(err)?;
+        let select = client.prepare("SELECT 1").await.map_err(err)?;
+        Ok(Floor::Postgres(std::sync::Arc::new(Pg {
+            client,
+            insert,
+            delete,
+            select,
+            notices: tokio::sync::Mutex::new(rx),
+        })))
     }
 
     /// The least a lock can do: take `key` (TTL 30 s where there is one)
@@ -114,6 +183,19 @@ impl Floor {
                 .map_err(|e| err(&e))?;
                 c.delete(&path, None).await.map_err(|e| err(&e))
             }
+            Floor::Postgres(pg) => {
+                pg.client
+                    .execute(&pg.insert, &[&key, &value])
+                    .await
+                    .map_err(|e| err(&e))?;
+                // No one listens on this channel: the notice costs what the
+                // driver's release costs.
+                pg.client
+                    .query(&pg.delete, &[&key, &value, &"dlock_bench_floor"])
+                    .await
+                    .map_err(|e| err(&e))?;
+                Ok(())
+            }
         }
     }
 
@@ -138,6 +220,12 @@ impl Floor {
                 .map(drop)
                 .map_err(|e| err(&e)),
             Floor::Zk(c) => c.check_stat(ZK_DIR).await.map(drop).map_err(|e| err(&e)),
+            Floor::Postgres(pg) => pg
+                .client
+                .query(&pg.select, &[])
+                .await
+                .map(drop)
+                .map_err(|e| err(&e)),
         }
     }
 }
@@ -178,7 +266,8 @@ async fn set_and_release(c: &Fred, key: &str, value: &str) -> Result<(), String>
 /// channel; etcd: a watch on A's key; ZooKeeper: an exists-watch on A's
 /// node); A releases (Redis: the compare-and-delete plus a `PUBLISH`; etcd
 /// and ZooKeeper: a delete), B is told and takes it (`SET NX PX`, a put, a
-/// create). Measured from A's release call to B's grant. Redlock: `None`.
+/// create; PostgreSQL: B `LISTEN`s, A's delete notifies, B inserts).
+/// Measured from A's release call to B's grant. Redlock: `None`.
 pub(crate) async fn handoff(
     floor: &Floor,
     other: &Floor,
@@ -288,6 +377,52 @@ pub(crate) async fn handoff(
                     lat.record(d);
                 }
             }
+            Ok(Some(lat))
+        }
+        (Floor::Postgres(a), Floor::Postgres(b)) => {
+            let channel = format!("dlock_bench_{}", rand::random::<u32>());
+            b.client
+                .batch_execute(&format!("LISTEN {channel}"))
+                .await
+                .map_err(|e| err(&e))?;
+            let mut notices = b.notices.lock().await;
+            for i in 0..n + 5 {
+                a.client
+                    .execute(&a.insert, &[&key, &"a"])
+                    .await
+                    .map_err(|e| err(&e))?;
+                let t = Instant::now();
+                a.client
+                    .query(&a.delete, &[&key, &"a", &channel])
+                    .await
+                    .map_err(|e| err(&e))?;
+                notices
+                    .recv()
+                    .await
+                    .ok_or("the handoff floor's connection ended")?;
+                b.client
+                    .execute(&b.insert, &[&key, &"b"])
+                    .await
+                    .map_err(|e| err(&e))?;
+                let d = t.elapsed();
+                b.client
+                    .query(&b.delete, &[&key, &"b", &channel])
+                    .await
+                    .map_err(|e| err(&e))?;
+                // B's own release notified B too: take that notice away.
+                notices
+                    .recv()
+                    .await
+                    .ok_or("the handoff floor's connection ended")?;
+                if i >= 5 {
+                    lat.record(d);
+                }
+            }
+            drop(notices);
+            b.client
+                .batch_execute(&format!("UNLISTEN {channel}"))
+                .await
+                .map_err(|e| err(&e))?;
             Ok(Some(lat))
         }
         _ => Ok(None),

@@ -169,6 +169,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     let nodes = shared::redis_nodes().await.map_err(|e| e.to_string())?;
     let etcd = shared::etcd().await.map_err(|e| e.to_string())?;
     let zk = shared::zk().await.map_err(|e| e.to_string())?;
+    let postgres = shared::postgres().await.map_err(|e| e.to_string())?;
     let join = |a: &[String]| a.iter().map(|u| strip(u)).collect::<Vec<_>>().join(",");
     let backends = [
         Backend {
@@ -201,6 +202,14 @@ async fn run(args: &[String]) -> Result<(), String> {
             url: format!("zk://{}", zk.addresses[0]),
             floor: Floor::zk(&zk.addresses[0]).await?,
             other: Floor::zk(&zk.addresses[0]).await?,
+            redis_url: None,
+        },
+        Backend {
+            name: "postgres",
+            peer_at: None,
+            url: postgres.addresses[0].clone(),
+            floor: Floor::postgres(&postgres.addresses[0]).await?,
+            other: Floor::postgres(&postgres.addresses[0]).await?,
             redis_url: None,
         },
     ];
@@ -282,7 +291,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         out.join("benchmarks.svg").display(),
         results.took
     );
-    drop((redis, nodes, etcd, zk));
+    drop((redis, nodes, etcd, zk, postgres));
     Ok(())
 }
 

@@ -178,7 +178,7 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
     );
     let _ = writeln!(
         w,
-        "- date: {}; commit: {}; machine: {}\n- servers: one of each on loopback, started by the project's launcher (Redis 7 without persistence, five independent Redis nodes for Redlock, one etcd member, one ZooKeeper server)\n- run: {}, {:.0?} in all\n- every latency is a percentile from an HDR histogram; every figure sits next to a floor measured in the same run with the same client library (fred, etcd-client, zookeeper-client), so the ratio is what to read on a noisy machine\n- targets are reported, never asserted\n",
+        "- date: {}; commit: {}; machine: {}\n- servers: one of each on loopback, started by the project's launcher (Redis 7 without persistence, five independent Redis nodes for Redlock, one etcd member, one ZooKeeper server, one PostgreSQL 15)\n- run: {}, {:.0?} in all\n- every latency is a percentile from an HDR histogram; every figure sits next to a floor measured in the same run with the same client library (fred, etcd-client, zookeeper-client, tokio-postgres), so the ratio is what to read on a noisy machine\n- targets are reported, never asserted\n",
         stamp.date,
         stamp.commit,
         stamp.machine,
@@ -218,7 +218,7 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
 
     let _ = writeln!(
         w,
-        "\n## 1. Uncontended acquire + release\n\nOne client, one key at a time, default options (30 s TTL, auto-extend on). Floor: Redis `SET NX PX` + an `EVAL` compare-and-delete (Redlock: the same on all five nodes at once); etcd a put + a delete; ZooKeeper an ephemeral create + a delete. Each iteration runs one of ours and one floor cycle, in turn. Target: p50 at most 1.2 × the floor.\n"
+        "\n## 1. Uncontended acquire + release\n\nOne client, one key at a time, default options (30 s TTL, auto-extend on). Floor: Redis `SET NX PX` + an `EVAL` compare-and-delete (Redlock: the same on all five nodes at once); etcd a put + a delete; ZooKeeper an ephemeral create + a delete; PostgreSQL a bare `INSERT` of one row + its `DELETE` (prepared; the delete notifies, as a release does). Each iteration runs one of ours and one floor cycle, in turn. Target: p50 at most 1.2 × the floor.\n"
     );
     let _ = writeln!(
         w,
@@ -248,7 +248,7 @@ pub(crate) fn markdown(r: &Results, stamp: &Stamp) -> String {
 
     let _ = writeln!(
         w,
-        "\n## 2. Hot key\n\n{HOT_CLIENTS} independent clients (own connections or sessions), each holding {HOLD:?} then retrying at once, for {:?}. Handoff: from one client calling release to a *different* client's grant. Floors: the raw handoff (two raw clients of the same library: release → the waiter is told → it takes the key; Redis: compare-and-delete + `PUBLISH` → subscriber → `SET NX PX`; etcd: delete → watch event → put; ZooKeeper: delete → exists-watch → create), and one trivial round trip (`GET`, a range get, an `exists`). Targets: handoff p50 ≤ 1 ms, p99 ≤ 5 ms; fairness (fewest / most grants per client) ≥ 0.5 on etcd and ZooKeeper, ≥ 0.25 on Redis and Redlock.\n",
+        "\n## 2. Hot key\n\n{HOT_CLIENTS} independent clients (own connections or sessions), each holding {HOLD:?} then retrying at once, for {:?}. Handoff: from one client calling release to a *different* client's grant. Floors: the raw handoff (two raw clients of the same library: release → the waiter is told → it takes the key; Redis: compare-and-delete + `PUBLISH` → subscriber → `SET NX PX`; etcd: delete → watch event → put; ZooKeeper: delete → exists-watch → create; PostgreSQL: `DELETE` + `pg_notify` → `LISTEN`ing client → `INSERT`), and one trivial round trip (`GET`, a range get, an `exists`, a prepared `SELECT 1`). Targets: handoff p50 ≤ 1 ms, p99 ≤ 5 ms; fairness (fewest / most grants per client) ≥ 0.5 on etcd and ZooKeeper, ≥ 0.25 on Redis and Redlock.\n",
         r.size.hot
     );
     let _ = writeln!(

@@ -25,7 +25,7 @@ pub(crate) enum PeerAt {
 pub(crate) struct Backend {
     /// The peer library's client, made on demand.
     pub(crate) peer_at: Option<PeerAt>,
-    /// `redis`, `redlock`, `etcd`, `zk`.
+    /// `redis`, `redlock`, `etcd`, `zk`, `postgres`.
     pub(crate) name: &'static str,
     /// The dlock URL.
     pub(crate) url: String,
