@@ -143,6 +143,10 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
+        "| PostgreSQL | while the one primary keeps its data and the holder is not paused (an asynchronous standby may lose the last grants) | strict (`max(fence + 1, server clock µs)`, in the row) | 0 overlapping holds, 0 stale writes accepted, 0 lost updates under server kill/restart (the rows survive), SIGSTOP of the postmaster, client partition and holder pauses |"
+    );
+    let _ = writeln!(
+        d,
         "| Redlock | timing-dependent (efficiency locks only) | none | holder pauses and frozen client processes *do* lose updates; a quorum node restarted without persistence, or whose clock steps forward, lets two clients hold at once: the runs assert the checker reports it |"
     );
     let _ = writeln!(
