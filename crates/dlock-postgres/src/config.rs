@@ -233,7 +233,12 @@ struct TlsParams {
 
 impl TlsParams {
     fn take_from(url: &str) -> Result<Self, String> {
-        let Some((base, query)) = url.split_once('?') else {
+        // The query starts at the first `?` after the credentials (a raw
+        // `?` may be in a password, as tokio-postgres reads it).
+        let after = url.find("://").map_or(0, |i| i + 3);
+        let host_from = url[after..].find('@').map_or(after, |i| after + i + 1);
+        let split = url[host_from..].find('?').map(|i| host_from + i);
+        let Some((base, query)) = split.map(|i| (&url[..i], &url[i + 1..])) else {
             return Ok(TlsParams {
                 url: url.to_owned(),
                 root_cert: None,
@@ -247,8 +252,9 @@ impl TlsParams {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match (key, value) {
                 ("sslrootcert", "") => return Err("sslrootcert needs a path".to_owned()),
-                // libpq 16's word for the system's certificates.
-                ("sslrootcert", "system") => {}
+                // libpq 16's word for the system's certificates, which
+                // implies verify-full there, and TLS here.
+                ("sslrootcert", "system") => verify = true,
                 ("sslrootcert", path) => root_cert = Some(PathBuf::from(percent_decoded(path)?)),
                 ("sslmode", "verify-ca" | "verify-full") => verify = true,
                 ("sslmode", mode) => {
@@ -280,7 +286,10 @@ fn percent_decoded(s: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(bad)?;
+            let hex = s
+                .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or_else(bad)?;
             out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
             i += 3;
         } else {
@@ -420,9 +429,29 @@ mod tests {
         assert_eq!(p.url, "postgres://h/db?connect_timeout=3");
         assert_eq!(p.root_cert, Some(PathBuf::from("/a b/ca.pem")));
         assert!(p.verify && !p.disable);
+        // sslrootcert=system asks for TLS (libpq 16: verify-full), so with
+        // disable it is refused.
         let p = TlsParams::take_from("postgres://h/db?sslmode=disable&sslrootcert=system").unwrap();
         assert_eq!(p.url, "postgres://h/db?sslmode=disable");
-        assert!(p.root_cert.is_none() && p.disable && !p.verify);
+        assert!(p.root_cert.is_none() && p.disable && p.verify);
+        assert!(
+            PostgresConfig::from_url("postgres://h/db?sslmode=disable&sslrootcert=system")
+                .to_tokio()
+                .is_err()
+        );
+        assert!(
+            TlsParams::take_from("postgres://h/db?sslrootcert=system")
+                .unwrap()
+                .verify
+        );
+        // A `?` in the password is not the query's start.
+        let p = TlsParams::take_from("postgres://u:x?y&sslmode=verify-full&z@h/db?sslmode=disable").unwrap();
+        assert_eq!(
+            p.url,
+            "postgres://u:x?y&sslmode=verify-full&z@h/db?sslmode=disable"
+        );
+        assert!(p.disable && !p.verify);
+        assert!(percent_decoded("%+5").is_err() && percent_decoded("%é").is_err());
         let p = TlsParams::take_from("postgres://h/db").unwrap();
         assert_eq!(p.url, "postgres://h/db");
         // prefer and disable make plain connections; nothing asks for TLS.

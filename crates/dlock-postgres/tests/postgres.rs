@@ -80,7 +80,8 @@ async fn bad_urls_missing_databases_and_missing_rights_are_clear_errors() {
     for bad in [
         "postgres://127.0.0.1:notaport/x",
         "mysql://127.0.0.1/x",
-        "postgres://h/db?sslmode=require",
+        "postgres://h/db?sslmode=disable&sslrootcert=system",
+        "postgres://h/db?sslcert=/client.pem",
     ] {
         let e = PostgresLock::connect(PostgresConfig::from_url(bad))
             .await
@@ -256,10 +257,11 @@ async fn tls_is_verified_and_used() {
         "{e:?}"
     );
     // A host name the certificate does not name (it names only
-    // 127.0.0.1) is refused, though the CA signed it.
+    // 127.0.0.1) is refused, though the CA signed it (hostaddr: the
+    // address is the server's, whatever localhost resolves to first).
     let port = server.addr().port();
     let e = PostgresLock::connect(PostgresConfig::from_url(format!(
-        "postgres://dlock@localhost:{port}/dlock?sslmode=require&sslrootcert={}",
+        "postgres://dlock@localhost:{port}/dlock?hostaddr=127.0.0.1&sslmode=require&sslrootcert={}",
         ca.display()
     )))
     .await
