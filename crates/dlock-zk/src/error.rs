@@ -29,8 +29,18 @@ pub(crate) fn map_err(e: zookeeper_client::Error) -> Error {
         // Said (with no source) when a connection stops answering while the
         // session is being (re)established.
         E::Custom(_) if is_unresponsive(&e.to_string()) => Error::unavailable(BACKEND, e),
+        // Said when the client's own task is gone (its runtime shut down)
+        // while its state still reads connected: out of reach, not wrong.
+        E::UnexpectedError(ref m) if is_client_gone(m) => Error::unavailable(BACKEND, e),
         other => Error::backend(BACKEND, other),
     }
+}
+
+/// Whether zookeeper-client's message says its session task is gone: a
+/// request could not be sent ("expect error state, got SyncConnected") or
+/// was dropped unanswered ("BUG: Create2 expect response, but got none").
+fn is_client_gone(message: &str) -> bool {
+    message.starts_with("expect error state") || message.ends_with("expect response, but got none")
 }
 
 /// Whether zookeeper-client's message says a connection stopped answering.
@@ -133,6 +143,23 @@ mod tests {
         // zookeeper-client's words (session/mod.rs), with no source.
         assert!(is_unresponsive("no response from connection in 600ms"));
         assert!(!is_unresponsive("encounter writable server 127.0.0.1:2181"));
+    }
+
+    #[test]
+    fn a_client_whose_task_is_gone_is_unavailable() {
+        // zookeeper-client's words (session/types.rs, session/request.rs).
+        for m in [
+            "expect error state, got SyncConnected",
+            "BUG: Create2 expect response, but got none",
+        ] {
+            let e = E::UnexpectedError(m.to_owned());
+            assert!(
+                matches!(map_err(e), Error::Unavailable { backend: "zk", .. }),
+                "{m}"
+            );
+        }
+        let other = E::UnexpectedError("keeper state value should not be 9".to_owned());
+        assert!(matches!(map_err(other), Error::Backend { backend: "zk", .. }));
     }
 
     #[test]

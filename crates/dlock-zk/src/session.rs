@@ -497,6 +497,11 @@ struct Ending {
 
 impl Drop for Ending {
     fn drop(&mut self) {
+        // The session ends before any guard is told: an acquire made the
+        // instant a guard reads lost opens a new session, not this one.
+        if let Some(session) = self.session.upgrade() {
+            session.lost.fire();
+        }
         let mut state = self.watched.state();
         state.over.get_or_insert(why::SESSION_ENDED);
         state.looks_by = None;
@@ -509,9 +514,6 @@ impl Drop for Ending {
         }
         for (_, entry) in std::mem::take(&mut self.slots).entries.into_values() {
             entry.lose(why::SESSION_ENDED);
-        }
-        if let Some(session) = self.session.upgrade() {
-            session.lost.fire();
         }
     }
 }

@@ -454,30 +454,68 @@ async fn one_task_watches_every_guard_of_a_session() {
 }
 
 /// A session whose runtime goes away (its tasks with it) tells its guards:
-/// they are lost, and the handle opens a new session on the next acquire.
+/// they are lost, and the handle opens a new session on the next acquire,
+/// even one made the instant the first guard reads lost (the session is
+/// marked ended before any guard is told). That instant is a race, so it
+/// is run a number of times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guards_are_lost_when_their_sessions_runtime_goes() {
+    const ROUNDS: usize = 30;
+    const GUARDS: usize = 50;
     let f = common::ZkFactory::shared().await;
-    let other = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let config = f.config.clone().session_timeout(Duration::from_secs(10));
-    let lock = other.spawn(ZkLock::connect(config)).await.unwrap().unwrap();
-    let k = key(&unique("runtime"));
-    let g = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
-    other.shutdown_background();
-    tokio::time::timeout(LIMIT, g.lost().wait())
-        .await
-        .expect("lost() once the session's runtime went");
-    assert!(!g.is_held());
-    drop(g);
-    let again = lock
-        .acquire(&key(&unique("runtime-again")), AcquireOptions::default())
-        .await
-        .unwrap();
-    again.release().await.unwrap();
+    for round in 0..ROUNDS {
+        let other = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let lock = other
+            .spawn(ZkLock::connect(config.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut guards = Vec::with_capacity(GUARDS);
+        for i in 0..GUARDS {
+            let k = key(&unique(&format!("runtime-{i}")));
+            guards.push(lock.acquire(&k, AcquireOptions::default()).await.unwrap());
+        }
+        // Acquires on a plain thread the moment any guard reads lost, while
+        // the others may still be being told.
+        let observer = {
+            let signals: Vec<_> = guards.iter().map(|g| g.lost().clone()).collect();
+            let (lock, runtime) = (lock.clone(), tokio::runtime::Handle::current());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + LIMIT;
+                while !signals.iter().any(|s| s.is_lost()) {
+                    assert!(Instant::now() < deadline, "no guard lost within {LIMIT:?}");
+                    std::hint::spin_loop();
+                }
+                runtime.block_on(async {
+                    let k = key(&unique("runtime-again"));
+                    let g = lock.acquire(&k, AcquireOptions::default()).await?;
+                    g.release().await
+                })
+            })
+        };
+        other.shutdown_background();
+        for g in &guards {
+            tokio::time::timeout(LIMIT, g.lost().wait())
+                .await
+                .expect("lost() once the session's runtime went");
+            assert!(!g.is_held());
+        }
+        tokio::task::spawn_blocking(move || observer.join().unwrap())
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: an acquire at the first lost(): {e:?}"));
+        drop(guards);
+        let again = lock
+            .acquire(&key(&unique("runtime-again")), AcquireOptions::default())
+            .await
+            .unwrap();
+        again.release().await.unwrap();
+    }
 }
 
 /// Our semaphore and Curator's `InterProcessSemaphoreV2` share one layout:
