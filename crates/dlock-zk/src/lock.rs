@@ -524,11 +524,11 @@ impl ZkLock {
                             return Err(timed_out());
                         }
                         dlock_core::trace::queued();
-                        if dlock_core::driver::within_wait(opts.wait, started, watcher.changed())
+                        match dlock_core::driver::within_wait(opts.wait, started, protocol::watched(watcher))
                             .await
-                            .is_none()
                         {
-                            return Err(timed_out());
+                            None => return Err(timed_out()),
+                            Some(event) => drop(event?),
                         }
                     }
                 }

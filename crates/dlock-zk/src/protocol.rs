@@ -264,7 +264,7 @@ pub(crate) async fn wait_first(
                 let path = format!("{dir}/{predecessor}");
                 match tokio::time::timeout(timeout, client.get_and_watch_data(&path)).await {
                     Ok(Ok((_, _, watcher))) => {
-                        watcher.changed().await;
+                        watched(watcher).await?;
                     }
                     Ok(Err(zookeeper_client::Error::NoNode)) => {}
                     Ok(Err(e)) => return Err(map_err(e)),
@@ -273,6 +273,33 @@ pub(crate) async fn wait_first(
             }
         }
     }
+}
+
+/// Waits for a one-time watch's event.
+///
+/// # Errors
+///
+/// [`Error::Unavailable`] when zookeeper-client's own task went (its
+/// runtime shut down) before the event came: its `changed()` panics then
+/// (the event's sender is gone), which is caught here, as the server out
+/// of reach rather than a bug of the caller's.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it drops the watcher.
+pub(crate) async fn watched(
+    watcher: zookeeper_client::OneshotWatcher,
+) -> Result<zookeeper_client::WatchedEvent> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(watcher.changed())
+        .catch_unwind()
+        .await
+        .map_err(|_| {
+            Error::unavailable(
+                BACKEND,
+                "the ZooKeeper client's task is gone (its runtime shut down)",
+            )
+        })
 }
 
 /// What a semaphore's leases directory says about ours.
@@ -513,11 +540,13 @@ pub(crate) async fn node_deleted(client: impl Fn() -> Option<Client>, path: &str
         drop(c);
         match looked {
             Ok((None, _)) => return,
-            Ok((Some(_), watcher)) => {
-                if watcher.changed().await.event_type == zookeeper_client::EventType::NodeDeleted {
-                    return;
-                }
-            }
+            Ok((Some(_), watcher)) => match watched(watcher).await {
+                Ok(event) if event.event_type == zookeeper_client::EventType::NodeDeleted => return,
+                Ok(_) => {}
+                // The client is gone with its runtime: the guards' task
+                // goes with it.
+                Err(_) => return std::future::pending().await,
+            },
             Err(zookeeper_client::Error::NoNode) => return,
             // Connection trouble: look again shortly (the session signal
             // reports expiry).

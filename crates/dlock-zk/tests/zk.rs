@@ -518,6 +518,51 @@ async fn guards_are_lost_when_their_sessions_runtime_goes() {
     }
 }
 
+/// A waiter whose session's runtime goes (zookeeper-client's task, and the
+/// sender of the watch it waits on, with it) gets an answer, not a panic:
+/// the lock after the old session expires, or an error saying why not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_sessions_runtime_goes_is_answered() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = f.config.clone().session_timeout(Duration::from_secs(4));
+    let lock = other.spawn(ZkLock::connect(config)).await.unwrap().unwrap();
+    let k = key(&unique("runtime-waiter"));
+    let dir = lock.lock_path(&k).unwrap();
+    let held = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
+    let waiter = {
+        let (lock, k) = (lock.clone(), k.clone());
+        tokio::spawn(async move {
+            let g = lock
+                .acquire(&k, AcquireOptions::default().wait(Wait::For(LIMIT)))
+                .await?;
+            g.release().await
+        })
+    };
+    until("the waiter to queue", async || {
+        raw.list_children(&dir).await.is_ok_and(|c| c.len() == 2)
+    })
+    .await;
+    other.shutdown_background();
+    let answer = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .expect("the waiter is answered")
+        .expect("the waiter does not panic");
+    assert!(
+        matches!(
+            answer,
+            Ok(()) | Err(Error::Unavailable { .. } | Error::Lost { .. })
+        ),
+        "{answer:?}"
+    );
+    drop(held);
+}
+
 /// Our semaphore and Curator's `InterProcessSemaphoreV2` share one layout:
 /// leases named as Curator names them in `{name}/leases` count against our
 /// limit, ours are named so, and a waiter holds the `{name}/locks` mutex
