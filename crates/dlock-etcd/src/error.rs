@@ -39,6 +39,20 @@ pub(crate) fn map_err(e: etcd_client::Error) -> Error {
     }
 }
 
+/// Whether `e` is etcd saying a request's lease does not exist (revoked,
+/// or expired before our keep-alive noticed): gRPC `NotFound`, "etcdserver:
+/// requested lease not found".
+pub(crate) fn is_lease_gone(e: &Error) -> bool {
+    let Error::Backend { source, .. } = e else {
+        return false;
+    };
+    matches!(
+        source.downcast_ref::<etcd_client::Error>(),
+        Some(etcd_client::Error::GRpcStatus(status))
+            if status.code() == tonic::Code::NotFound && status.message().contains("lease not found")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +60,14 @@ mod tests {
 
     fn grpc(code: Code) -> Error {
         map_err(etcd_client::Error::GRpcStatus(Status::new(code, "test")))
+    }
+
+    #[test]
+    fn a_lease_etcd_does_not_have_is_told_from_other_not_founds() {
+        let status = |m: &str| map_err(etcd_client::Error::GRpcStatus(Status::new(Code::NotFound, m)));
+        assert!(is_lease_gone(&status("etcdserver: requested lease not found")));
+        assert!(!is_lease_gone(&status("etcdserver: key not found")));
+        assert!(!is_lease_gone(&grpc(Code::Unavailable)));
     }
 
     #[test]

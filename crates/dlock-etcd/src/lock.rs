@@ -11,7 +11,7 @@ use dlock_core::{
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
 use crate::config::EtcdConfig;
-use crate::error::{BACKEND, map_err};
+use crate::error::{BACKEND, is_lease_gone, map_err};
 use crate::guard::{EtcdGuard, resign_in_background};
 use crate::protocol::{self, Conn, Contender};
 use crate::session::{MIN_TTL, Session, lease_seconds};
@@ -447,18 +447,31 @@ impl EtcdLock {
         // Waiting happens on a kept-alive lease whatever the options: a wait
         // may outlast the TTL (without auto-extend, the grant moves onto a
         // lease of its own below, so its TTL counts from the grant).
-        let session = self.session(ttl).await?;
-        let lease = session.lease;
-        let my_key = how.key(&pfx, lease, session.next_attempt());
         let waits_on = how.waits_on(&pfx);
-        // An acquire that ends without a grant (an error, a timeout, a
-        // dropped future) deletes its contender key: by create revision, or
-        // by lease while the transaction's reply is not in.
-        let mut cleanup = OnDrop::new(None, |my_rev| {
-            resign_in_background(&self.inner.conn, my_key.clone(), my_rev, &session);
-        });
-        let (my_rev, first) =
-            protocol::enter(client, &waits_on, &my_key, lease, &self.value(), timeout).await?;
+        let mut tries = 0;
+        let (session, my_key, mut cleanup, my_rev, first) = loop {
+            let session = self.session(ttl).await?;
+            let lease = session.lease;
+            let my_key = how.key(&pfx, lease, session.next_attempt());
+            // An acquire that ends without a grant (an error, a timeout, a
+            // dropped future) deletes its contender key: by create revision,
+            // or by lease while the transaction's reply is not in.
+            let conn = &self.inner.conn;
+            let (k, s) = (my_key.clone(), Arc::clone(&session));
+            let cleanup = OnDrop::new(None, move |my_rev| resign_in_background(conn, k, my_rev, &s));
+            match protocol::enter(client, &waits_on, &my_key, lease, &self.value(), timeout).await {
+                Ok((my_rev, first)) => break (session, my_key, cleanup, my_rev, first),
+                // The lease went before the keep-alive noticed (a revoke):
+                // the session is over (its guards are told), and the next
+                // try opens another. Nothing was written.
+                Err(e) if is_lease_gone(&e) && tries == 0 => {
+                    tries += 1;
+                    cleanup.disarm();
+                    session.validity().lose(dlock_core::trace::why::SESSION_ENDED);
+                }
+                Err(e) => return Err(e),
+            }
+        };
         *cleanup.state_mut() = Some(my_rev);
         // A semaphore key may hold with others before it.
         let first = first || protocol::permits_fit_now(client, &waits_on, my_rev, how, timeout).await?;

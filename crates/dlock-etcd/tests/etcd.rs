@@ -135,6 +135,36 @@ async fn a_revoked_lease_fires_lost_and_frees_the_lock() {
         .unwrap();
 }
 
+/// A lease revoked behind the handle's back is not used again: an acquire
+/// made before any keep-alive noticed (here at once, after a guard's
+/// extend found its key gone) gets a new lease, not "lease not found".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_right_after_a_revoke_gets_a_new_lease() {
+    let f = common::EtcdFactory::shared().await;
+    let lock = EtcdLock::connect(f.config.clone()).await.unwrap();
+    // A long lease: its keep-alives (a third of it apart) stay out of the way.
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(60));
+    let g = lock.acquire(&key(&unique("revoked-now")), opts).await.unwrap();
+    etcdctl(
+        &f.config.endpoints,
+        &["lease", "revoke", &format!("{:x}", g.lease())],
+    )
+    .unwrap();
+    assert!(matches!(
+        g.extend(Duration::from_secs(60)).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(g.lost().is_lost());
+    for name in ["after-revoke", "after-revoke-2"] {
+        let again = lock
+            .acquire(&key(&unique(name)), opts)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_ne!(again.lease(), g.lease());
+        again.release().await.unwrap();
+    }
+}
+
 /// The guards of a session cost no task each: one task tells them all
 /// when the lease goes, each with its own `lost()`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
