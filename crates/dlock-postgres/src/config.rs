@@ -187,6 +187,18 @@ impl PostgresConfig {
                         .to_owned(),
                 ));
             }
+            if config.get_hosts().is_empty() {
+                return Err(bad(
+                    "TLS verifies the server by name: give the host its certificate names, \
+                     with hostaddr for the address"
+                        .to_owned(),
+                ));
+            }
+            if config.get_ssl_negotiation() == tokio_postgres::config::SslNegotiation::Direct {
+                return Err(bad(
+                    "sslnegotiation=direct is not supported (it needs ALPN): leave it out".to_owned(),
+                ));
+            }
             config.ssl_mode(SslMode::Require);
             Tls::Verified(tls_connector(ca_file.as_ref())?)
         } else {
@@ -418,6 +430,30 @@ mod tests {
         );
         let zero = PostgresConfig::default().timeouts(Duration::ZERO, Duration::from_secs(1));
         assert!(zero.to_tokio().is_err());
+    }
+
+    #[test]
+    fn tls_needs_a_host_name_and_the_postgres_negotiation() {
+        for (url, says) in [
+            ("postgres:///db?hostaddr=127.0.0.1&sslmode=require", "by name"),
+            (
+                "postgres://127.0.0.1/db?sslmode=require&sslnegotiation=direct",
+                "sslnegotiation=direct",
+            ),
+        ] {
+            let e = PostgresConfig::from_url(url).to_tokio().unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidConfig(m) if m.contains(says)),
+                "{url}: {e:?}"
+            );
+        }
+        // Without TLS neither matters.
+        for url in [
+            "postgres:///db?hostaddr=127.0.0.1",
+            "postgres://127.0.0.1/db?sslnegotiation=direct",
+        ] {
+            assert!(PostgresConfig::from_url(url).to_tokio().is_ok(), "{url}");
+        }
     }
 
     #[test]
