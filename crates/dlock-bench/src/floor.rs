@@ -45,6 +45,26 @@ pub(crate) struct Pg {
     notices: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
 }
 
+impl Pg {
+    /// The bare `INSERT` of `key`'s row, owned by `owner`.
+    async fn take(&self, key: &str, owner: &str) -> Result<(), String> {
+        self.client
+            .execute(&self.insert, &[&key, &owner])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The `DELETE` of `key`'s row if `owner` owns it, notifying `channel`.
+    async fn give_back(&self, key: &str, owner: &str, channel: &str) -> Result<(), String> {
+        self.client
+            .query(&self.delete, &[&key, &owner, &channel])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
 /// The PostgreSQL floor's table.
 const PG_TABLE: &str = "dlock_bench_floor";
 
@@ -184,17 +204,10 @@ impl Floor {
                 c.delete(&path, None).await.map_err(|e| err(&e))
             }
             Floor::Postgres(pg) => {
-                pg.client
-                    .execute(&pg.insert, &[&key, &value])
-                    .await
-                    .map_err(|e| err(&e))?;
+                pg.take(key, value).await?;
                 // No one listens on this channel: the notice costs what the
                 // driver's release costs.
-                pg.client
-                    .query(&pg.delete, &[&key, &value, &"dlock_bench_floor"])
-                    .await
-                    .map_err(|e| err(&e))?;
-                Ok(())
+                pg.give_back(key, value, PG_TABLE).await
             }
         }
     }
@@ -387,28 +400,16 @@ pub(crate) async fn handoff(
                 .map_err(|e| err(&e))?;
             let mut notices = b.notices.lock().await;
             for i in 0..n + 5 {
-                a.client
-                    .execute(&a.insert, &[&key, &"a"])
-                    .await
-                    .map_err(|e| err(&e))?;
+                a.take(&key, "a").await?;
                 let t = Instant::now();
-                a.client
-                    .query(&a.delete, &[&key, &"a", &channel])
-                    .await
-                    .map_err(|e| err(&e))?;
+                a.give_back(&key, "a", &channel).await?;
                 notices
                     .recv()
                     .await
                     .ok_or("the handoff floor's connection ended")?;
-                b.client
-                    .execute(&b.insert, &[&key, &"b"])
-                    .await
-                    .map_err(|e| err(&e))?;
+                b.take(&key, "b").await?;
                 let d = t.elapsed();
-                b.client
-                    .query(&b.delete, &[&key, &"b", &channel])
-                    .await
-                    .map_err(|e| err(&e))?;
+                b.give_back(&key, "b", &channel).await?;
                 // B's own release notified B too: take that notice away.
                 notices
                     .recv()

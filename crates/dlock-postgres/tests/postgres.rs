@@ -249,40 +249,34 @@ async fn tls_is_verified_and_used() {
     }
     // Without the CA, the system's roots do not know the test CA: refused,
     // as a configuration error naming the certificate.
-    let e = PostgresLock::connect(PostgresConfig::from_url(format!("{base}?sslmode=require")))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::InvalidConfig(m) if m.contains("certificate")),
-        "{e:?}"
-    );
+    assert_refused(
+        PostgresConfig::from_url(format!("{base}?sslmode=require")),
+        "certificate",
+    )
+    .await;
     // A host name the certificate does not name (it names only
     // 127.0.0.1) is refused, though the CA signed it (hostaddr: the
     // address is the server's, whatever localhost resolves to first).
     let port = server.addr().port();
-    let e = PostgresLock::connect(PostgresConfig::from_url(format!(
-        "postgres://dlock@localhost:{port}/dlock?hostaddr=127.0.0.1&sslmode=require&sslrootcert={}",
-        ca.display()
-    )))
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(&e, Error::InvalidConfig(m) if m.contains("certificate")),
-        "{e:?}"
-    );
+    assert_refused(
+        PostgresConfig::from_url(format!(
+            "postgres://dlock@localhost:{port}/dlock?hostaddr=127.0.0.1&sslmode=require&sslrootcert={}",
+            ca.display()
+        )),
+        "certificate",
+    )
+    .await;
     // A plain server refuses TLS: require says so clearly.
     let plain = shared::postgres().await.unwrap();
-    let e = PostgresLock::connect(PostgresConfig::from_url(format!(
-        "{}?sslmode=require&sslrootcert={}",
-        plain.addresses[0],
-        ca.display()
-    )))
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(&e, Error::InvalidConfig(m) if m.contains("does not support TLS")),
-        "{e:?}"
-    );
+    assert_refused(
+        PostgresConfig::from_url(format!(
+            "{}?sslmode=require&sslrootcert={}",
+            plain.addresses[0],
+            ca.display()
+        )),
+        "does not support TLS",
+    )
+    .await;
     // Bad TLS input: a missing CA file, both places at once, disable with
     // a CA.
     for (config, says) in [
@@ -305,10 +299,15 @@ async fn tls_is_verified_and_used() {
             "sslmode=disable",
         ),
     ] {
-        let e = PostgresLock::connect(config).await.unwrap_err();
-        assert!(
-            matches!(&e, Error::InvalidConfig(m) if m.contains(says)),
-            "{says}: {e:?}"
-        );
+        assert_refused(config, says).await;
     }
+}
+
+/// `config` cannot connect: an [`Error::InvalidConfig`] that says `says`.
+async fn assert_refused(config: PostgresConfig, says: &str) {
+    let e = PostgresLock::connect(config).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains(says)),
+        "{says}: {e:?}"
+    );
 }
