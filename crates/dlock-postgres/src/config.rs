@@ -44,7 +44,10 @@ pub struct PostgresConfig {
     /// libpq's `require`), and `sslrootcert=PATH` for the CA to trust
     /// instead of the system's. `sslmode=prefer` (the default) and
     /// `disable` connect without TLS: dlock never makes a TLS connection it
-    /// does not verify. Client certificates are not supported.
+    /// does not verify. The name verified is the URL's host, so with TLS a
+    /// `hostaddr` needs a host name beside it. Client certificates and
+    /// `sslnegotiation=direct` are not supported (an
+    /// [`Error::InvalidConfig`] at connect).
     pub url: String,
     /// The schema of the lock table (default `public`).
     pub schema: String,
