@@ -448,7 +448,7 @@ impl EtcdLock {
         // may outlast the TTL (without auto-extend, the grant moves onto a
         // lease of its own below, so its TTL counts from the grant).
         let waits_on = how.waits_on(&pfx);
-        let mut tries = 0;
+        let mut retried = false;
         let (session, my_key, mut cleanup, my_rev, first) = loop {
             let session = self.session(ttl).await?;
             let lease = session.lease;
@@ -464,8 +464,8 @@ impl EtcdLock {
                 // The lease went before the keep-alive noticed (a revoke):
                 // the session is over (its guards are told), and the next
                 // try opens another. Nothing was written.
-                Err(e) if is_lease_gone(&e) && tries == 0 => {
-                    tries += 1;
+                Err(e) if is_lease_gone(&e) && !retried => {
+                    retried = true;
                     cleanup.disarm();
                     session.validity().lose(dlock_core::trace::why::SESSION_ENDED);
                 }

@@ -528,7 +528,9 @@ impl ZkLock {
                             .await
                         {
                             None => return Err(timed_out()),
-                            Some(event) => drop(event?),
+                            Some(event) => {
+                                event?;
+                            }
                         }
                     }
                 }

@@ -453,6 +453,18 @@ async fn one_task_watches_every_guard_of_a_session() {
     }
 }
 
+/// A handle whose session (and zookeeper-client's task) lives on a runtime
+/// of its own, which the caller can shut down.
+async fn on_its_own_runtime(config: ZkConfig) -> (tokio::runtime::Runtime, ZkLock) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let lock = runtime.spawn(ZkLock::connect(config)).await.unwrap().unwrap();
+    (runtime, lock)
+}
+
 /// A session whose runtime goes away (its tasks with it) tells its guards:
 /// they are lost, and the handle opens a new session on the next acquire,
 /// even one made the instant the first guard reads lost (the session is
@@ -465,16 +477,7 @@ async fn guards_are_lost_when_their_sessions_runtime_goes() {
     let f = common::ZkFactory::shared().await;
     let config = f.config.clone().session_timeout(Duration::from_secs(10));
     for round in 0..ROUNDS {
-        let other = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let lock = other
-            .spawn(ZkLock::connect(config.clone()))
-            .await
-            .unwrap()
-            .unwrap();
+        let (other, lock) = on_its_own_runtime(config.clone()).await;
         let mut guards = Vec::with_capacity(GUARDS);
         for i in 0..GUARDS {
             let k = key(&unique(&format!("runtime-{i}")));
@@ -525,13 +528,8 @@ async fn guards_are_lost_when_their_sessions_runtime_goes() {
 async fn a_waiter_whose_sessions_runtime_goes_is_answered() {
     let f = common::ZkFactory::shared().await;
     let raw = Client::connect(&f.config.connect).await.unwrap();
-    let other = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let config = f.config.clone().session_timeout(Duration::from_secs(4));
-    let lock = other.spawn(ZkLock::connect(config)).await.unwrap().unwrap();
+    let (other, lock) = on_its_own_runtime(config).await;
     let k = key(&unique("runtime-waiter"));
     let dir = lock.lock_path(&k).unwrap();
     let held = lock.acquire(&k, AcquireOptions::default()).await.unwrap();
