@@ -392,10 +392,11 @@ impl fmt::Debug for Settings {
     }
 }
 
-/// The longest TTL accepted from configuration: a day. Longer ones are
-/// almost certainly a unit mistake, and would keep a crashed holder's lock
-/// that long.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The longest TTL accepted from configuration and by every lock: a day
+/// ([`AcquireOptions::MAX_TTL`](dlock_core::AcquireOptions::MAX_TTL)).
+/// Longer ones are almost certainly a unit mistake, and would keep a crashed
+/// holder's lock that long.
+pub const MAX_TTL: Duration = dlock_core::AcquireOptions::MAX_TTL;
 
 /// Checks a TTL from configuration.
 ///

@@ -43,8 +43,17 @@ fn unique(name: &str) -> String {
     format!("{name}-{:x}", rand::random::<u64>())
 }
 
+/// `dlock --url URL ARGS...`, started with every signal at its default.
+///
+/// The dispositions are set here, not inherited: a test run as a background
+/// job of a non-interactive shell inherits SIGINT and SIGQUIT ignored (under
+/// `nohup`, SIGHUP too), and `dlock` rightly keeps an ignored signal ignored
+/// for its command, so a test that sends one would wait for nothing.
+/// `env --default-signal` (coreutils) resets them and execs `dlock`, so the
+/// child's pid is `dlock`'s.
 fn dlock(url: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(DLOCK);
+    let mut c = Command::new("env");
+    c.args(["--default-signal", "--", DLOCK]);
     // Whatever the shell running the tests says: stderr is checked.
     c.arg("--url").arg(url).args(args).env_remove("RUST_LOG");
     c
@@ -530,6 +539,31 @@ async fn the_command_gets_default_signal_dispositions() {
     };
     assert_eq!(mask("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE ignored: {status}");
     assert_eq!(mask("SigBlk:"), 0, "signals blocked: {status}");
+}
+
+/// A signal `dlock` was started with ignored (`nohup`, a background job)
+/// stays ignored for its command, as with any program that execs another;
+/// the others start at their default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inherited_ignored_signal_stays_ignored_for_the_command() {
+    let b = backends().await;
+    let out = Command::new("env")
+        .args(["--default-signal", "--ignore-signal=QUIT", "--", DLOCK, "--url", &b.redis])
+        .args(["run", &unique("ignored"), "--", "sh", "-c"])
+        .arg("exec grep -E '^SigIgn' /proc/self/status")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status = String::from_utf8_lossy(&out.stdout);
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap();
+    let bit = |n: u32| 1u64 << (n - 1);
+    assert_ne!(ignored & bit(3), 0, "SIGQUIT not ignored: {status}");
+    assert_eq!(ignored & (bit(1) | bit(2) | bit(15)), 0, "HUP, INT or TERM ignored: {status}");
 }
 
 /// A URL with a password need not be on the command line (`ps` shows it to

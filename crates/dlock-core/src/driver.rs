@@ -142,6 +142,34 @@ pub async fn within_wait<F: Future>(wait: crate::Wait, started: Instant, waiting
     }
 }
 
+/// Checks a TTL asked of `backend` (on acquire or extend): more than zero
+/// and at most [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL).
+/// Every acquire is checked by [`trace::acquire`](crate::trace::acquire);
+/// a driver calls this at the top of its [`Guard::extend`](crate::Guard::extend).
+///
+/// A zero TTL would become the backend's shortest lease renewed hundreds of
+/// times a second, and lost at random under load; a TTL of years would keep
+/// a crashed holder's lock that long.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] naming the backend and the TTL otherwise.
+pub fn check_ttl(backend: &'static str, ttl: Duration) -> Result<()> {
+    let max = crate::AcquireOptions::MAX_TTL;
+    if ttl.is_zero() {
+        return Err(Error::InvalidConfig(format!(
+            "{backend}: a lock's TTL must be more than zero (it is how long the lock outlives a crashed holder)"
+        )));
+    }
+    if ttl > max {
+        return Err(Error::InvalidConfig(format!(
+            "{backend}: a TTL of {ttl:?} is more than the {}h allowed (a crashed holder's lock would be kept that long)",
+            max.as_secs() / 3600
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a semaphore request: `1 <= count <= limit`.
 ///
 /// # Errors
@@ -652,6 +680,22 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Zero and more than a day are refused, naming the backend; the
+    /// bounds themselves are fine.
+    #[test]
+    fn ttls_of_zero_or_more_than_a_day_are_refused() {
+        let max = crate::AcquireOptions::MAX_TTL;
+        for bad in [Duration::ZERO, max + Duration::from_nanos(1), Duration::MAX] {
+            match check_ttl("redis", bad) {
+                Err(Error::InvalidConfig(m)) => assert!(m.starts_with("redis: "), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        for good in [Duration::from_nanos(1), Duration::from_secs(30), max] {
+            check_ttl("redis", good).unwrap();
+        }
+    }
 
     #[test]
     fn urls_are_redacted_whatever_the_password_holds() {

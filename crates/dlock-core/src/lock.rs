@@ -57,6 +57,8 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// - [`Error::Timeout`] when the wait ran out (at once for [`Wait::No`]
     ///   if the key is held), never earlier than asked;
     /// - [`Error::InvalidKey`] when the backend cannot store `key`;
+    /// - [`Error::InvalidConfig`] for a TTL of zero or more than
+    ///   [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL);
     /// - [`Error::Unavailable`] / [`Error::Backend`] when the backend failed.
     ///
     /// # Cancel safety
@@ -351,6 +353,9 @@ pub trait Guard: Send + Sync + 'static {
     ///
     /// # Errors
     ///
+    /// - [`Error::InvalidConfig`] for a TTL of zero or more than
+    ///   [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL), before
+    ///   anything is sent (the lock stays held as it was);
     /// - [`Error::Lost`] if the lock had already expired (an extend never
     ///   re-creates an expired lock);
     /// - [`Error::NotHeld`] if someone else holds the key now;

@@ -712,6 +712,7 @@ impl Guard for MemGuard {
     ///
     /// The future completes on its first poll; there is nothing to cancel.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::driver::check_ttl(BACKEND, ttl)?;
         self.lock.check_up()?;
         let ttl = ttl.max(MEM_MIN_TTL);
         let sent = Instant::now();

@@ -38,7 +38,8 @@ pub struct AcquireOptions {
     /// How long the backend keeps the lock without a renewal. This is the
     /// backstop when a holder dies: nobody else can take the key for up to
     /// this long. Drivers round it up to what their backend honours
-    /// ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl)).
+    /// ([`Capabilities::min_ttl`](crate::Capabilities::min_ttl)); zero and
+    /// more than [`AcquireOptions::MAX_TTL`] are refused.
     pub ttl: Duration,
     /// How long to wait when the key is held elsewhere.
     pub wait: Wait,
@@ -51,6 +52,13 @@ pub struct AcquireOptions {
 impl AcquireOptions {
     /// The default TTL: 30 seconds.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// The longest TTL a lock accepts: a day. A longer one is almost
+    /// certainly a unit mistake, and would keep a crashed holder's lock that
+    /// long; every driver refuses it (and a TTL of zero) with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig), on acquire and
+    /// on [`Guard::extend`](crate::Guard::extend).
+    pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
     /// The defaults: 30 s TTL, wait forever, auto-extend on.
     pub const fn new() -> Self {

@@ -94,7 +94,10 @@ fn ms(d: Duration) -> u64 {
 /// Runs a driver's acquire inside the `acquire` span and reports how it
 /// ended (`granted`, `timed out`, `acquire failed` or, if the future is
 /// dropped first, `acquire cancelled`). Every driver's
-/// [`Lock::acquire`](crate::Lock::acquire) body goes through it.
+/// [`Lock::acquire`](crate::Lock::acquire) body goes through it, so it is
+/// also where a TTL of zero or more than
+/// [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL) is refused
+/// ([`driver::check_ttl`](crate::driver::check_ttl)) before `request` runs.
 ///
 /// ```
 /// use dlock_core::{AcquireOptions, LockKey, MemLock, Lock, trace};
@@ -132,7 +135,12 @@ where
         ttl_ms = ms(opts.ttl),
         wait_ms
     );
+    let bad_ttl = crate::driver::check_ttl(backend, opts.ttl).err();
     async move {
+        if let Some(e) = bad_ttl {
+            tracing::warn!(target: "dlock", waited_ms = 0, error = %e, "acquire failed");
+            return Err(e);
+        }
         let started = Instant::now();
         let cancelled = crate::driver::OnDrop::new(started, |started: Instant| {
             tracing::debug!(target: "dlock", waited_ms = ms(started.elapsed()), "acquire cancelled");

@@ -142,6 +142,7 @@ impl Guard for RedlockGuard {
     /// Dropping the future may leave some nodes extended; the local deadline
     /// moves only on a confirmed quorum.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }

@@ -720,6 +720,7 @@ impl Guard for NaiveGuard {
             && Instant::now() < *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner)
     }
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         let sent = Instant::now();
         self.lock
             .call(|| self.lock.extend_owner(&self.key, self.owner, ttl))

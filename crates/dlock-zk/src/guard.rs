@@ -143,6 +143,7 @@ impl Guard for ZkGuard {
     ///
     /// Read-only until the deadline moves; safe to drop.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         let lost = || Error::Lost {
             key: self.key.as_str().to_owned(),
         };

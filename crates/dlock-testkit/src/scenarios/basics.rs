@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{Error, Guard, Lock, LockKey, Wait};
+use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
 
 use super::Ctx;
 use crate::LockFactory;
@@ -192,8 +192,11 @@ pub async fn many_keys_independent<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// Waits and TTLs too large for the clock (`Duration::MAX`) never panic: a
-/// wait that large means "no deadline"; a TTL that large is granted or
-/// refused with an error, and its guard behaves.
+/// wait that large means "no deadline"; a TTL of zero or more than
+/// [`AcquireOptions::MAX_TTL`](dlock_core::AcquireOptions::MAX_TTL) is
+/// refused with [`Error::InvalidConfig`], on acquire and on extend, and
+/// leaves nothing held; the longest TTL allowed is granted and its guard
+/// behaves.
 pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
@@ -208,39 +211,49 @@ pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     )
     .await;
     ensure!(waited.is_err(), "a held key was granted to a waiter");
+    for bad in [Duration::ZERO, Duration::MAX, AcquireOptions::MAX_TTL + Duration::from_millis(1)] {
+        match g.extend(bad).await {
+            Err(Error::InvalidConfig(_)) => {}
+            other => return Err(Failure(format!("extend({bad:?}) gave {other:?}, not InvalidConfig"))),
+        }
+        ensure!(g.is_held(), "a refused extend({bad:?}) ended the hold");
+        let free = ctx.key(&format!("bad-ttl-{}", bad.as_millis()));
+        match a.acquire(&free, ctx.opts(bad).wait(Wait::No)).await {
+            Err(Error::InvalidConfig(_)) => {}
+            Err(e) => return Err(Failure(format!("a TTL of {bad:?} gave {e:?}, not InvalidConfig"))),
+            Ok(_) => return Err(Failure(format!("a TTL of {bad:?} was granted, not refused"))),
+        }
+        // Refused before anything was written: the name is free.
+        b.try_acquire(&free, ctx.opts(t.long_ttl))
+            .await?
+            .ok_or_else(|| Failure(format!("{free} held after a refused TTL of {bad:?}")))?
+            .release()
+            .await?;
+    }
     g.release().await?;
     for auto_extend in [true, false] {
         let k = ctx.key(&format!("huge-ttl-{auto_extend}"));
-        match a
-            .acquire(&k, ctx.opts(Duration::MAX).auto_extend(auto_extend))
-            .await
-        {
-            Ok(g) => {
-                ensure!(g.is_held(), "a grant with a huge TTL is not held");
-                g.extend(Duration::MAX).await.or_else(|e| match e {
-                    Error::InvalidConfig(_) | Error::Backend { .. } => Ok(()),
-                    e => Err(e),
-                })?;
-                // Whatever watches this client's guards still watches the
-                // others: a short one beside the huge one is lost in time.
-                let short = a
-                    .acquire(
-                        &ctx.key(&format!("beside-huge-{auto_extend}")),
-                        ctx.opts(t.short_ttl).auto_extend(false),
-                    )
-                    .await?;
-                within(
-                    t.short_ttl + t.slack,
-                    "lost() of a short guard beside a huge one",
-                    short.lost().wait(),
-                )
-                .await?;
-                drop(short);
-                g.release().await?;
-            }
-            Err(Error::InvalidConfig(_) | Error::Backend { .. }) => {}
-            Err(e) => return Err(Failure(format!("a huge TTL failed oddly: {e:?}"))),
-        }
+        let g = a
+            .acquire(&k, ctx.opts(AcquireOptions::MAX_TTL).auto_extend(auto_extend))
+            .await?;
+        ensure!(g.is_held(), "a grant with the longest TTL is not held");
+        g.extend(AcquireOptions::MAX_TTL).await?;
+        // Whatever watches this client's guards still watches the
+        // others: a short one beside the long one is lost in time.
+        let short = a
+            .acquire(
+                &ctx.key(&format!("beside-huge-{auto_extend}")),
+                ctx.opts(t.short_ttl).auto_extend(false),
+            )
+            .await?;
+        within(
+            t.short_ttl + t.slack,
+            "lost() of a short guard beside a long one",
+            short.lost().wait(),
+        )
+        .await?;
+        drop(short);
+        g.release().await?;
     }
     Ok(Verdict::Passed)
 }
