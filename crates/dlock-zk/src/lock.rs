@@ -447,6 +447,14 @@ const MAX_PERMITS_AT_ONCE: u32 = 1024;
 
 impl ZkLock {
     /// `count` leases of the semaphore `key`, at most `limit` in all.
+    ///
+    /// A waiter holds the semaphore's `locks` mutex while its leases wait,
+    /// so that no second waiter adds leases that together with ours could
+    /// never fit. If that mutex node goes while we wait (an operator's
+    /// delete, a silent spell that ends just short of the session timeout)
+    /// we give our leases back and start again, within the same wait:
+    /// otherwise two waiters whose counts do not fit together would wait on
+    /// each other forever.
     async fn take_permits(
         &self,
         key: &LockKey,
@@ -455,15 +463,38 @@ impl ZkLock {
         opts: AcquireOptions,
     ) -> Result<ZkGuard> {
         let started = Instant::now();
+        loop {
+            if let Some(guard) = self.take_permits_once(key, count, limit, opts, started).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One try of [`take_permits`](Self::take_permits): `None` when the
+    /// `locks` mutex went while we waited (our leases are given back).
+    async fn take_permits_once(
+        &self,
+        key: &LockKey,
+        count: u32,
+        limit: u32,
+        opts: AcquireOptions,
+        started: Instant,
+    ) -> Result<Option<ZkGuard>> {
         let dir = self.lock_path(key)?;
         let leases = format!("{dir}/{}", protocol::SEMAPHORE_LEASES);
         let mutex_key = LockKey::new(format!("{}/{}", key.as_str(), protocol::SEMAPHORE_LOCKS))?;
         let timed_out = || Error::Timeout {
             key: key.as_str().to_owned(),
         };
+        // What is left of the caller's wait (a try after the mutex went
+        // starts its clock where the first did).
+        let left = match opts.wait {
+            Wait::For(d) => Wait::For(d.saturating_sub(started.elapsed())),
+            other => other,
+        };
         // The mutex is ours only while we wait: kept by the session.
         let mutex = self
-            .take(Recipe::Mutex, &mutex_key, opts.auto_extend(true))
+            .take(Recipe::Mutex, &mutex_key, opts.auto_extend(true).wait(left))
             .await
             .map_err(|e| match e {
                 Error::Timeout { .. } => timed_out(),
@@ -510,10 +541,12 @@ impl ZkLock {
             mine.push(name);
             czxids.push(czxid);
         }
-        let waited: Result<()> = async {
+        let mutex_path = mutex.node().to_owned();
+        // Ok(false): the mutex went while we waited.
+        let waited: Result<bool> = async {
             loop {
                 match protocol::leases_fit(&client, &leases, &mine, limit, timeout).await? {
-                    protocol::Fit::Yes => return Ok(()),
+                    protocol::Fit::Yes => return Ok(true),
                     protocol::Fit::Gone => {
                         return Err(Error::Lost {
                             key: key.as_str().to_owned(),
@@ -524,11 +557,17 @@ impl ZkLock {
                             return Err(timed_out());
                         }
                         dlock_core::trace::queued();
-                        match dlock_core::driver::within_wait(opts.wait, started, protocol::watched(watcher))
-                            .await
-                        {
+                        let mutex_gone = protocol::node_deleted(|| session.client().ok(), &mutex_path);
+                        let changed = async {
+                            tokio::select! {
+                                event = protocol::watched(watcher) => Some(event),
+                                () = mutex_gone => None,
+                            }
+                        };
+                        match dlock_core::driver::within_wait(opts.wait, started, changed).await {
                             None => return Err(timed_out()),
-                            Some(event) => {
+                            Some(None) => return Ok(false),
+                            Some(Some(event)) => {
                                 event?;
                             }
                         }
@@ -537,9 +576,9 @@ impl ZkLock {
             }
         }
         .await;
-        let waited = waited.and_then(|()| {
+        let waited = waited.and_then(|fit| {
             if session.alive() {
-                Ok(())
+                Ok(fit)
             } else {
                 Err(Error::Lost {
                     key: key.as_str().to_owned(),
@@ -549,7 +588,12 @@ impl ZkLock {
         // The mutex goes now, granted or not (if that fails, its drop
         // deletes it in the background).
         drop(dlock_core::Guard::release(mutex).await);
-        if let Err(e) = waited {
+        let given_back = match waited {
+            Ok(true) => None,
+            Ok(false) => Some(Ok(None)),
+            Err(e) => Some(Err(e)),
+        };
+        if let Some(out) = given_back {
             // Not granted: our leases go now too, so that a next try does
             // not count them; what fails here the clean-up retries.
             let mut gone = true;
@@ -561,7 +605,7 @@ impl ZkLock {
             if gone {
                 cleanup.disarm();
             }
-            return Err(e);
+            return out;
         }
         cleanup.disarm();
         let mut nodes = mine
@@ -571,7 +615,9 @@ impl ZkLock {
         let Some((first, czxid)) = nodes.next() else {
             return Err(Error::InvalidConfig("a semaphore grant of no permits".to_owned()));
         };
-        Ok(ZkGuard::new(key.clone(), first, czxid, session, opts).with_more(nodes.collect()))
+        Ok(Some(
+            ZkGuard::new(key.clone(), first, czxid, session, opts).with_more(nodes.collect()),
+        ))
     }
 
     /// Takes `key` by `recipe`'s node.

@@ -837,3 +837,57 @@ async fn holders_leave_a_semaphores_waiter_out_even_on_the_holders_session() {
     assert_eq!(roles, [Role::Write]);
     w.release().await.unwrap();
 }
+
+/// A semaphore waiter whose `{name}/locks` mutex node goes while it waits
+/// (an operator's delete; a silent spell just short of the session
+/// timeout) gives its leases back and starts again: a second waiter that
+/// took the mutex meanwhile is not kept out by them, and the first is
+/// served after it. Before, the two waited on each other forever (their
+/// counts did not fit together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_whose_mutex_goes_starts_again() {
+    let f = common::ZkFactory::shared().await;
+    let raw = Client::connect(&f.config.connect).await.unwrap();
+    let k = key(&unique("sem-mutex-gone"));
+    let dir = f.admin.lock_path(&k).unwrap();
+    let (leases, locks) = (format!("{dir}/leases"), format!("{dir}/locks"));
+    let opts = AcquireOptions::default().wait(Wait::For(LIMIT));
+    let (a, b, c) = (
+        ZkLock::connect(f.config.clone()).await.unwrap(),
+        ZkLock::connect(f.config.clone()).await.unwrap(),
+        ZkLock::connect(f.config.clone()).await.unwrap(),
+    );
+    let held = a.acquire_permits(&k, 1, 1, opts).await.unwrap();
+    let first = tokio::spawn({
+        let k = k.clone();
+        async move { b.acquire_permits(&k, 1, 1, opts).await }
+    });
+    until("the first waiter's lease and mutex", async || {
+        raw.list_children(&leases).await.map(|c| c.len()) == Ok(2)
+            && raw.list_children(&locks).await.map(|c| c.len()) == Ok(1)
+    })
+    .await;
+    let mutex = raw.list_children(&locks).await.unwrap().remove(0);
+    raw.delete(&format!("{locks}/{mutex}"), None).await.unwrap();
+    let second = tokio::spawn({
+        let k = k.clone();
+        async move { c.acquire_permits(&k, 1, 1, opts).await }
+    });
+    // The first gives its lease back; the second then waits on its own.
+    until("the first waiter to give its lease back", async || {
+        raw.list_children(&leases).await.map(|c| c.len()) == Ok(2)
+            && raw.list_children(&locks).await.map(|c| c.len()) == Ok(1)
+            && raw.list_children(&locks).await.map(|c| c[0] != mutex) == Ok(true)
+    })
+    .await;
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(LIMIT, async {
+        let ((), g) = tokio::join!(
+            async { second.await.unwrap().unwrap().release().await.unwrap() },
+            async { first.await.unwrap().unwrap() }
+        );
+        g.release().await.unwrap();
+    })
+    .await;
+    assert!(got.is_ok(), "the two waiters waited on each other");
+}
