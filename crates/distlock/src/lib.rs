@@ -155,7 +155,7 @@ pub async fn holder(config: &Config, key: &LockKey) -> Result<Option<Holder>> {
                 role: h.role,
                 id: lock.redis_key(key).unwrap_or_default(),
                 detail: h.value.clone(),
-                token: h.fence_counter,
+                token: h.token,
                 remaining: h.remaining,
                 since: h.since(),
             }))
@@ -235,7 +235,7 @@ pub async fn holders(config: &Config, key: &LockKey) -> Result<Vec<Holder>> {
                     role: h.role,
                     since: h.since(),
                     detail: h.value,
-                    token: h.fence_counter,
+                    token: h.token,
                     remaining: h.remaining,
                 })
                 .collect())

@@ -87,6 +87,34 @@ impl Family {
     pub fn queues(self) -> bool {
         self == Family::Write
     }
+
+    /// The value a grant with `token` is held under, for its release and
+    /// extend: a reader's and a permit holder's carry their own token (the
+    /// granting script stored it so: [`scripts::with_token`]); a writer's
+    /// is the value itself. A grant whose reply was lost is released by
+    /// its plain value (the release finds the member).
+    pub fn held_value(self, value: &str, token: u64) -> String {
+        match self {
+            Family::Read | Family::Permits { .. } => scripts::with_token(value, token),
+            Family::Write => value.to_owned(),
+        }
+    }
+}
+
+/// A holder of a read-write lock or a semaphore, as
+/// [`Scripts::family_holders`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyHolder {
+    /// What it holds (a semaphore's `limit` is unknown here: 0).
+    pub family: Family,
+    /// Its value (without the token a member carries).
+    pub value: String,
+    /// Its own fencing token, where the layout stores it: a reader's and a
+    /// permit holder's (`None` for a member written before tokens were
+    /// stored); the writer's is not stored (`None`).
+    pub token: Option<u64>,
+    /// How much longer it holds (`None`: no expiry).
+    pub remaining: Option<Duration>,
 }
 
 /// A read-write lock's readers, writer and waiting writers beside `lock_key`.
@@ -394,10 +422,10 @@ impl Scripts {
         Ok(())
     }
 
-    /// Every holder of `lock_key`'s read-write lock (the `Write` value,
-    /// when one holds, then the `Read` ones) or semaphore (`Permits`, whose
-    /// `limit` is unknown here: 0), each with its value and remaining time
-    /// (`None`: no expiry); expired ones left out.
+    /// Every holder of `lock_key`'s read-write lock (the writer, when one
+    /// holds, then the readers) or semaphore (the permit holders), each
+    /// with its value, its own token (readers, permit holders) and
+    /// remaining time; expired ones left out.
     ///
     /// # Errors
     ///
@@ -407,7 +435,7 @@ impl Scripts {
         client: &Client,
         semaphore: bool,
         lock_key: &str,
-    ) -> Result<Vec<(Family, String, Option<Duration>)>, FredError> {
+    ) -> Result<Vec<FamilyHolder>, FredError> {
         let keys = if semaphore {
             vec![scripts::companion_key(lock_key, scripts::PERMITS_SUFFIX)]
         } else {
@@ -424,20 +452,31 @@ impl Scripts {
             else {
                 return Err(parse_error(format!("unexpected holders entry {entry:?}")));
             };
-            let family = match (kind.as_str(), semaphore) {
-                ("w", false) => (Family::Write, value),
-                ("m", false) => (Family::Read, value),
+            let (family, value, token) = match (kind.as_str(), semaphore) {
+                ("w", false) => (Family::Write, value, None),
+                ("m", false) => {
+                    let (value, token) = scripts::split_token(&value);
+                    (Family::Read, value.to_owned(), token)
+                }
                 ("m", true) => {
-                    // A member is "<count> <value>"; another's is skipped.
+                    // A member is "<count> <value> t<token>" (or, written
+                    // before tokens were stored, "<count> <value>");
+                    // another's is skipped.
                     let Some((count, value)) = value.split_once(' ') else {
                         continue;
                     };
                     let Ok(count) = count.parse() else { continue };
-                    (Family::Permits { count, limit: 0 }, value.to_owned())
+                    let (value, token) = scripts::split_token(value);
+                    (Family::Permits { count, limit: 0 }, value.to_owned(), token)
                 }
                 _ => return Err(parse_error(format!("unexpected holders entry {entry:?}"))),
             };
-            found.push((family.0, family.1, pttl(ms)));
+            found.push(FamilyHolder {
+                family,
+                value,
+                token,
+                remaining: pttl(ms),
+            });
         }
         Ok(found)
     }

@@ -22,6 +22,15 @@
 //! nonce makes release and extend compare-and-act; the rest tells an operator
 //! who holds the lock (`RedisLock::holder` in `dlock-redis`).
 //!
+//! A reader's member of the readers' sorted set is its value followed by
+//! its own fencing token, `<value> t<token>`; a permit holder's member of
+//! the holders' sorted set is `<count> <value> t<token>` (see
+//! [`with_token`], [`split_token`]). The script that grants appends the
+//! token it computed, so an operator view can tell each holder's own token
+//! (the fence counter is only the name's latest). Members written before
+//! the token was stored (`<value>`, `<count> <value>`) are still released,
+//! extended and counted; they show no token.
+//!
 //! # Fencing
 //!
 //! The token is computed in the same script as the `SET NX`, so grants and
@@ -264,14 +273,19 @@ macro_rules! granting_prelude {
             "  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')\n",
             "  if last[2] then redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last[2]))) end\n",
             "end\n",
+            // A member with its holder's own token (`with_token`).
+            "local function with_token(member, token)\n",
+            "  return member .. ' t' .. string.format('%.0f', token)\n",
+            "end\n",
         )
     };
 }
 
 /// A read of a read-write lock: granted unless a writer holds or a writer
 /// waits (so a stream of readers cannot starve a writer); a reader is a
-/// member of the readers' sorted set, scored by when it expires (server
-/// ms), and expired readers are dropped by every attempt.
+/// member `"<value> t<token>"` (its own token: [`with_token`]) of the
+/// readers' sorted set, scored by when it expires (server ms), and expired
+/// readers are dropped by every attempt.
 ///
 /// `KEYS[1]` readers, `KEYS[2]` writer, `KEYS[3]` waiting writers (id by
 /// the server time past which each counts as gone), `KEYS[4]` fence
@@ -288,9 +302,10 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local waiting = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if waiting[1] then return {0, math.max(1, tonumber(waiting[2]) - now)} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+local token = grant()
+redis.call('ZADD', KEYS[1], now + ttl, with_token(ARGV[1], token))
 live_until_last(KEYS[1])
-return {1, grant()}
+return {1, token}
 "#
 );
 
@@ -332,11 +347,13 @@ return {0, held}
 
 /// `count` permits of a semaphore of `limit`: granted when the permits of
 /// the live holders plus `count` are at most `limit`. A holder is a member
-/// `"<count> <value>"` of the holders' sorted set, scored by when it
-/// expires (server ms); expired holders are dropped by every attempt, so
-/// a crashed holder's permits come back at its TTL.
+/// `"<count> <value> t<token>"` (its own token: [`with_token`]) of the
+/// holders' sorted set, scored by when it expires (server ms); expired
+/// holders are dropped by every attempt, so a crashed holder's permits
+/// come back at its TTL.
 ///
-/// `KEYS[1]` holders, `KEYS[2]` fence counter; `ARGV[1]` member, `ARGV[2]`
+/// `KEYS[1]` holders, `KEYS[2]` fence counter; `ARGV[1]` member without
+/// the token ([`permits_member`]: `"<count> <value>"`), `ARGV[2]`
 /// TTL in ms, `ARGV[3]` count, `ARGV[4]` limit. Returns `{1, token}`, or
 /// `{0, ms}`: how long the first holder to expire has left.
 pub const PERMITS_ACQUIRE: &str = concat!(
@@ -349,9 +366,10 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   used = used + (tonumber(string.match(m, '^(%d+) ')) or 1)
 end
 if used + count <= limit then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  local token = grant()
+  redis.call('ZADD', KEYS[1], now + ttl, with_token(ARGV[1], token))
   live_until_last(KEYS[1])
-  return {1, grant()}
+  return {1, token}
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, math.max(1, tonumber(first[2]) - now)}
@@ -362,13 +380,28 @@ return {0, math.max(1, tonumber(first[2]) - now)}
 /// `KEYS[1]`, announced on the channel `ARGV[2]` (to everyone: any release
 /// may admit several waiters); with `ARGV[3]` = `1` only when no live
 /// member is left (a reader's release can admit only a writer, and only
-/// the last one's does). `ARGV[1]` the member. Returns 1 released, 0
-/// already gone or expired.
+/// the last one's does). `ARGV[1]` the member: with its token, as the
+/// grant stored it, or without (`<value>`, `<count> <value>`) when the
+/// grant's reply was lost, so the token is unknown: then the one member
+/// `ARGV[1] t<token>` is looked for (a scan of the set, on this path only;
+/// the nonce makes the match unique). Returns 1 released, 0 already gone
+/// or expired.
 pub const MEMBER_RELEASE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local member = ARGV[1]
+local score = redis.call('ZSCORE', KEYS[1], member)
+if not score and not string.find(member, ' t%d+$') then
+  local head = member .. ' t'
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(m, 1, #head) == head and string.match(string.sub(m, #head + 1), '^%d+$') then
+      member = m
+      score = redis.call('ZSCORE', KEYS[1], m)
+      break
+    end
+  end
+end
 if not score then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[1], member)
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if last[2] then redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', tonumber(last[2]))) end
 local t = redis.call('TIME')
@@ -382,8 +415,8 @@ return 1
 
 /// A reader or a permit holder extends: its member's expiry moved to now
 /// plus `ARGV[2]` ms, unless it is gone or expired (never re-created).
-/// `KEYS[1]` the sorted set, `ARGV[1]` the member. Returns 1 extended, 0
-/// gone.
+/// `KEYS[1]` the sorted set, `ARGV[1]` the member (with its token, as
+/// stored). Returns 1 extended, 0 gone.
 pub const MEMBER_EXTEND: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -413,8 +446,8 @@ return 1
 /// Every live holder of a read-write lock or a semaphore, for operators
 /// (read-only). `KEYS[1]` readers or holders (sorted set), optional
 /// `KEYS[2]` writer. Returns `{kind, value or member, ms left, ...}`, kind
-/// `w` for the writer (ms -1: no expiry) and `m` for a member; a writer
-/// key of another type is left out.
+/// `w` for the writer (ms -1: no expiry) and `m` for a member (with its
+/// token: [`split_token`]); a writer key of another type is left out.
 pub const FAMILY_HOLDERS: &str = r#"
 local out = {}
 if KEYS[2] then
@@ -436,8 +469,8 @@ end
 return out
 "#;
 
-/// The suffix of a read-write lock's readers (a sorted set: value by
-/// expiry, server ms).
+/// The suffix of a read-write lock's readers (a sorted set:
+/// `"<value> t<token>"` by expiry, server ms).
 pub const READERS_SUFFIX: &str = ":dlock-readers";
 
 /// The suffix of a read-write lock's writer (a string with the writer's
@@ -448,8 +481,8 @@ pub const WRITER_SUFFIX: &str = ":dlock-writer";
 /// id by the server time, in ms, past which it counts as gone).
 pub const WRITERS_WAITING_SUFFIX: &str = ":dlock-wwait";
 
-/// The suffix of a semaphore's holders (a sorted set: `"<count> <value>"`
-/// by expiry, server ms).
+/// The suffix of a semaphore's holders (a sorted set:
+/// `"<count> <value> t<token>"` by expiry, server ms).
 pub const PERMITS_SUFFIX: &str = ":dlock-permits";
 
 /// The release channel of a read-write lock (its own prefix, so no
@@ -463,9 +496,34 @@ pub fn permits_channel(lock_key: &str) -> String {
     format!("dlock:released-sem:{lock_key}")
 }
 
-/// A semaphore holder's member: its count and its value.
+/// A semaphore holder's member: its count and its value (the value as
+/// held: with its token, [`with_token`], once granted; without, for the
+/// acquire script, which appends it).
 pub fn permits_member(count: u32, value: &str) -> String {
     format!("{count} {value}")
+}
+
+/// What separates a member from its holder's token.
+const TOKEN_MARK: &str = " t";
+
+/// A reader's value, or a permit holder's member, with its own fencing
+/// token, as the granting script stores it: `"<member> t<token>"` (the
+/// Lua `with_token`; a token below 2^53 is written the same way by both).
+pub fn with_token(member: &str, token: u64) -> String {
+    format!("{member}{TOKEN_MARK}{token}")
+}
+
+/// A member as [`with_token`] made it: the member and its token; a member
+/// without one (written before tokens were stored, or by someone else) is
+/// itself and `None`. (A dlock value ends in digits without a `t`, so it
+/// cannot be mistaken for a token.)
+pub fn split_token(member: &str) -> (&str, Option<u64>) {
+    let digits_only = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    member
+        .rsplit_once(TOKEN_MARK)
+        .filter(|(_, d)| digits_only(d))
+        .and_then(|(rest, d)| Some((rest, Some(d.parse::<u64>().ok()?))))
+        .unwrap_or((member, None))
 }
 
 /// The name whose read-write lock or semaphore `key` belongs to, for a key
@@ -633,6 +691,30 @@ mod tests {
         assert!(check_layout("{u}a:dlock-fence").is_err());
         assert!(check_layout("{dlock:a}:dlock-queue").is_err());
         assert!(check_layout("x:dlock-seen:y").is_err());
+    }
+
+    #[test]
+    fn a_members_token_is_told_apart_from_its_value() {
+        let v = new_value("t1");
+        let held = with_token(&v, 1_700_000_000_123_456);
+        assert_eq!(split_token(&held), (v.as_str(), Some(1_700_000_000_123_456)));
+        assert_eq!(parse_value(split_token(&held).0).unwrap().host, "t1");
+        let permit = permits_member(2, &held);
+        assert_eq!(permit, format!("2 {v} t1700000000123456"));
+        // Members written before tokens were stored: no token, not a wrong one.
+        for old in [
+            v.as_str(),
+            "dlock1 00000000000000000000000000000000 t7 1 2",
+            "x t",
+            "x t-1",
+            "x t1.5",
+        ] {
+            assert_eq!(split_token(old), (old, None), "{old:?}");
+        }
+        assert_eq!(
+            split_token("x t99999999999999999999"),
+            ("x t99999999999999999999", None)
+        );
     }
 
     #[test]

@@ -138,6 +138,7 @@ impl Guard for RedisGuard {
     /// Dropping the future may or may not leave the TTL extended; the local
     /// deadline moves only on a confirmed extend.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }

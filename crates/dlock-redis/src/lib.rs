@@ -50,21 +50,24 @@
 //! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`; the local
 //!   deadline runs from the acquire's send time minus drift.
 //! - **read-write lock** (keys beside the lock key, in its hash slot):
-//!   readers are members of the sorted set `{KEY}:dlock-readers`, scored by
-//!   when each expires (server time, so a crashed reader drops out at its
-//!   TTL); the writer is the string `{KEY}:dlock-writer`, set when no
+//!   readers are members `"<value> t<token>"` of the sorted set
+//!   `{KEY}:dlock-readers`, scored by when each expires (server time, so a
+//!   crashed reader drops out at its TTL); the writer is the string `{KEY}:dlock-writer`, set when no
 //!   writer holds and no live reader is left. A writer refused while
 //!   waiting marks itself in `{KEY}:dlock-wwait` (until its window runs
 //!   out), and readers are refused while a live mark is there, so a
 //!   stream of readers cannot starve a writer.
-//! - **semaphore**: holders are members `"<count> <value>"` of the sorted
-//!   set `{KEY}:dlock-permits`, scored by expiry; a grant needs the live
-//!   members' counts plus its own to be at most the limit. Not FIFO.
+//! - **semaphore**: holders are members `"<count> <value> t<token>"` of
+//!   the sorted set `{KEY}:dlock-permits`, scored by expiry; a grant
+//!   needs the live members' counts plus its own to be at most the limit.
+//!   Not FIFO.
 //! - Reads, writes and permits take their tokens from the name's fence
 //!   counter, like the mutex. A write's or a permit's release wakes every
 //!   waiter of the name (`*`: one release can admit several); a read's
 //!   only when it was the last reader (only a writer can be waiting then).
-//!   [`RedisLock::holders`] lists every holder of a name.
+//!   [`RedisLock::holders`] lists every holder of a name, each with its
+//!   own token: a reader's or a permit holder's member carries it
+//!   (`<value> t<token>`), as its guard's `token()` reports it.
 //! - (`{KEY}` stands for the lock key in braces, its hash tag; a key that
 //!   has a tag of its own keeps it: `KEY:dlock-readers`.)
 //! - A writer marks itself waiting from its second attempt on (right after

@@ -80,15 +80,30 @@ pub struct Holder {
     /// permits) the readers', writer's or holders' key beside it.
     pub key: String,
     /// The raw value of the lock key (of a reader or permit holder: its
-    /// value in the sorted set).
+    /// value, its member in the sorted set without the count and token).
     pub value: String,
     /// The holder's host, pid and acquire time, when dlock wrote the value
     /// (`None` for a lock set by another client).
     pub info: Option<scripts::ValueInfo>,
     /// How much longer the lock lives; `None` if it was set without expiry.
     pub remaining: Option<Duration>,
-    /// The key's fence counter: the token of the latest grant (when present).
+    /// The name's fence counter: the token of the name's latest grant, of
+    /// any primitive and by anyone (when present) — not necessarily this
+    /// holder's: see [`token`](Self::token).
     pub fence_counter: Option<u64>,
+    /// This holder's own fencing token, as its guard's
+    /// [`token()`](dlock_core::Guard::token) reports it, where it is known:
+    ///
+    /// - a reader's and a permit holder's is stored with it (its member
+    ///   ends in ` t<token>`); `None` for one granted by a dlock that did
+    ///   not store it yet (never a token that is not its own);
+    /// - the mutex's and the writer's is not stored: it is the name's
+    ///   [`fence_counter`](Self::fence_counter). No grant of their own
+    ///   primitive (nor, for the writer, a read) can bump it while they
+    ///   hold, so it is theirs unless the same name was since granted as
+    ///   another primitive (a name is meant for one kind of lock only), or
+    ///   `None` once the counter lapsed (24 h after the name's last grant).
+    pub token: Option<u64>,
 }
 
 impl Holder {
@@ -191,14 +206,17 @@ impl RedisLock {
             value: held.value,
             remaining: held.remaining,
             fence_counter: held.fence_counter,
+            token: held.fence_counter,
         }))
     }
 
     /// Every holder of anything named `key`: the mutex's (as
     /// [`holder`](Self::holder)), then the read-write lock's writer and
     /// readers, then the semaphore's permit holders. Expired readers and
-    /// permits are left out; their fence counter is the name's (the latest
-    /// grant's token, not necessarily theirs).
+    /// permits are left out. Each one's [`token`](Holder::token) is its
+    /// own (readers, permit holders: as stored with it); the
+    /// [`fence_counter`](Holder::fence_counter) is the name's, the latest
+    /// grant's token.
     ///
     /// # Errors
     ///
@@ -215,21 +233,25 @@ impl RedisLock {
             _ => self.inner.conn.fence_counter(&lock_key).await?,
         };
         for semaphore in [false, true] {
-            for (family, value, remaining) in self.inner.conn.family_holders(semaphore, &lock_key).await? {
-                let (role, suffix) = match family {
-                    Family::Read => (dlock_core::Role::Read, scripts::READERS_SUFFIX),
-                    Family::Write => (dlock_core::Role::Write, scripts::WRITER_SUFFIX),
-                    Family::Permits { count, .. } => {
-                        (dlock_core::Role::Permits(count), scripts::PERMITS_SUFFIX)
-                    }
+            for found in self.inner.conn.family_holders(semaphore, &lock_key).await? {
+                let (role, suffix, token) = match found.family {
+                    Family::Read => (dlock_core::Role::Read, scripts::READERS_SUFFIX, found.token),
+                    // The writer's own token is not stored (see `Holder::token`).
+                    Family::Write => (dlock_core::Role::Write, scripts::WRITER_SUFFIX, fence_counter),
+                    Family::Permits { count, .. } => (
+                        dlock_core::Role::Permits(count),
+                        scripts::PERMITS_SUFFIX,
+                        found.token,
+                    ),
                 };
                 all.push(Holder {
                     role,
                     key: scripts::companion_key(&lock_key, suffix),
-                    info: scripts::parse_value(&value),
-                    value,
-                    remaining,
+                    info: scripts::parse_value(&found.value),
+                    value: found.value,
+                    remaining: found.remaining,
                     fence_counter,
+                    token,
                 });
             }
         }
@@ -326,7 +348,11 @@ impl RedisLock {
         Ok(match found {
             Fenced::Granted(token) => Attempt::Granted {
                 token: FencingToken::new(token),
-                value,
+                // A reader's or a permit holder's member carries its token.
+                value: match kind {
+                    Some(f) => f.held_value(&value, token).into(),
+                    None => value,
+                },
                 sent,
             },
             Fenced::Held(pttl) => Attempt::Held { pttl },
@@ -395,8 +421,8 @@ impl Lock for RedisLock {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(None, key, opts)).await
     }
 
-    /// See [`Lock::acquire_read`]: a member of the sorted set
-    /// `{KEY}:dlock-readers`, scored by when it expires (server time);
+    /// See [`Lock::acquire_read`]: a member `"<value> t<token>"` of the
+    /// sorted set `{KEY}:dlock-readers`, scored by when it expires (server time);
     /// granted unless a writer holds or waits (a stream of readers cannot
     /// starve a writer). The token is the next of the name's fence counter.
     ///
@@ -428,7 +454,7 @@ impl Lock for RedisLock {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Some(Family::Write), key, opts)).await
     }
 
-    /// See [`Lock::acquire_permits`]: a member `"<count> <value>"` of the
+    /// See [`Lock::acquire_permits`]: a member `"<count> <value> t<token>"` of the
     /// sorted set `{KEY}:dlock-permits`, scored by when it expires; granted
     /// when the live members' counts plus `count` are at most `limit`.
     /// Waiters are not served in order: a request for many permits can

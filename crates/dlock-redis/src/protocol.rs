@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::Outcome;
-use dlock_redis_protocol::calls::{Family, Fenced, Scripts};
+use dlock_redis_protocol::calls::{Family, FamilyHolder, Fenced, Scripts};
 use dlock_redis_protocol::scripts;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
@@ -183,12 +183,9 @@ impl Conn {
     }
 
     /// Every live holder of `lock_key`'s read-write lock or (`semaphore`)
-    /// semaphore: its primitive, value and remaining time.
-    pub(crate) async fn family_holders(
-        &self,
-        semaphore: bool,
-        lock_key: &str,
-    ) -> Result<Vec<(Family, String, Option<Duration>)>> {
+    /// semaphore: its primitive, value, own token (where stored) and
+    /// remaining time.
+    pub(crate) async fn family_holders(&self, semaphore: bool, lock_key: &str) -> Result<Vec<FamilyHolder>> {
         self.scripts
             .family_holders(&self.client, semaphore, lock_key)
             .await

@@ -803,3 +803,180 @@ async fn read_write_and_semaphore_holders_are_listed_and_a_crashed_writers_mark_
     assert!(a.holders(&k).await.unwrap().is_empty());
     assert!(a.keys_in_use("").await.unwrap().is_empty());
 }
+
+/// The tokens `holders()` lists for the holders of `k` that `pick` picks,
+/// sorted.
+async fn listed_tokens(
+    lock: &RedisLock,
+    k: &LockKey,
+    pick: fn(&dlock_core::Role) -> bool,
+) -> Vec<Option<u64>> {
+    let mut tokens: Vec<Option<u64>> = lock
+        .holders(k)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|h| pick(&h.role))
+        .map(|h| h.token)
+        .collect();
+    tokens.sort_unstable();
+    tokens
+}
+
+/// `holders()` lists every reader with its own token, the one its guard
+/// reports — not the name's latest grant's for all of them — and a later
+/// grant to someone else does not change it. A reader's member carries its
+/// token, and its release and extend still find it (with the token, and,
+/// as after a lost grant reply, by its plain value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_list_each_reader_with_its_own_token() {
+    use dlock_core::Role;
+    use dlock_redis_protocol::scripts::{self, READERS_SUFFIX, companion_key};
+    use fred::prelude::LuaInterface;
+    let server = Redis::start().await.unwrap();
+    let prefix = ns();
+    let (a, b, c) = (
+        connect(&server, &prefix).await,
+        connect(&server, &prefix).await,
+        connect(&server, &prefix).await,
+    );
+    let k = key("readers");
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(20));
+    let token = |g: &dlock_redis::RedisGuard| g.token().map(|t| t.get());
+    let reads = |r: &Role| *r == Role::Read;
+
+    let r1 = a.acquire_read(&k, opts).await.unwrap();
+    // Someone else's grant of the name between the two reads.
+    c.acquire_read(&k, opts).await.unwrap().release().await.unwrap();
+    let r2 = b.acquire_read(&k, opts).await.unwrap();
+    let (t1, t2) = (token(&r1), token(&r2));
+    assert!(t1.is_some() && t1 < t2, "{t1:?} then {t2:?}");
+    assert_eq!(listed_tokens(&c, &k, reads).await, [t1, t2]);
+    for h in c.holders(&k).await.unwrap() {
+        assert_eq!(h.info.unwrap().pid, std::process::id(), "{}", h.value);
+    }
+
+    // A later grant to someone else moves the name's counter, not theirs.
+    let later = c.acquire_read(&k, opts).await.unwrap();
+    let t3 = token(&later);
+    assert!(t3 > t2);
+    let holders = a.holders(&k).await.unwrap();
+    assert!(holders.iter().all(|h| h.fence_counter == t3), "{holders:?}");
+    assert_eq!(listed_tokens(&a, &k, reads).await, [t1, t2, t3]);
+    r1.extend(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(listed_tokens(&a, &k, reads).await, [t1, t2, t3]);
+
+    // A grant whose reply was lost is released by its plain value (the
+    // token unknown): the release script finds the member.
+    let plain = holders.iter().find(|h| h.token == t3).unwrap().value.clone();
+    let readers = companion_key(&a.redis_key(&k).unwrap(), READERS_SUFFIX);
+    let raw = raw_client(&server).await;
+    let released: i64 = raw
+        .eval(
+            scripts::MEMBER_RELEASE,
+            vec![readers.clone()],
+            vec![plain, "dlock:test-channel".to_owned(), "1".to_owned()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(listed_tokens(&a, &k, reads).await, [t1, t2]);
+    assert!(matches!(later.release().await, Err(Error::Lost { .. })));
+
+    // A reader granted before tokens were stored shows none, not a wrong one.
+    let old = "dlock1 0123456789abcdef0123456789abcdef old-host 7 1700000000000";
+    let _: i64 = raw
+        .eval(
+            "return redis.call('ZADD', KEYS[1], string.format('%.0f', redis.call('TIME')[1] * 1000 + 20000), ARGV[1])",
+            vec![readers.clone()],
+            vec![old.to_owned()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed_tokens(&a, &k, reads).await, [None, t1, t2]);
+    let old_holder = a
+        .holders(&k)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|h| h.token.is_none())
+        .unwrap();
+    assert_eq!(
+        (old_holder.value.as_str(), old_holder.info.unwrap().host.as_str()),
+        (old, "old-host")
+    );
+    let _: i64 = raw
+        .eval(
+            "return redis.call('ZREM', KEYS[1], ARGV[1])",
+            vec![readers],
+            vec![old.to_owned()],
+        )
+        .await
+        .unwrap();
+
+    r1.release().await.unwrap();
+    assert_eq!(listed_tokens(&a, &k, reads).await, [t2]);
+    r2.release().await.unwrap();
+    assert!(a.holders(&k).await.unwrap().is_empty());
+}
+
+/// `holders()` lists every permit holder with the token its own guard
+/// reports (a grant's number: permits hold together, it fences nothing),
+/// not the name's latest grant's, and a later grant to someone else does
+/// not change it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_list_each_permit_holder_with_its_own_token() {
+    use dlock_core::Role;
+    let server = Redis::start().await.unwrap();
+    let prefix = ns();
+    let (a, b, c) = (
+        connect(&server, &prefix).await,
+        connect(&server, &prefix).await,
+        connect(&server, &prefix).await,
+    );
+    let k = key("permits");
+    let opts = AcquireOptions::default().ttl(Duration::from_secs(20));
+    let token = |g: &dlock_redis::RedisGuard| g.token().map(|t| t.get());
+    let permits = |r: &Role| matches!(r, Role::Permits(_));
+
+    let p1 = a.acquire_permits(&k, 1, 4, opts).await.unwrap();
+    c.acquire_permits(&k, 1, 4, opts)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let p2 = b.acquire_permits(&k, 2, 4, opts).await.unwrap();
+    let (t1, t2) = (token(&p1), token(&p2));
+    assert!(t1.is_some() && t1 < t2, "{t1:?} then {t2:?}");
+    assert_eq!(listed_tokens(&c, &k, permits).await, [t1, t2]);
+
+    // A later grant to someone else moves the name's counter, not theirs.
+    let later = c.acquire_permits(&k, 1, 4, opts).await.unwrap();
+    let t3 = token(&later);
+    assert!(t3 > t2);
+    let holders = a.holders(&k).await.unwrap();
+    assert!(holders.iter().all(|h| h.fence_counter == t3), "{holders:?}");
+    assert_eq!(listed_tokens(&a, &k, permits).await, [t1, t2, t3]);
+    for (t, role) in [
+        (t1, Role::Permits(1)),
+        (t2, Role::Permits(2)),
+        (t3, Role::Permits(1)),
+    ] {
+        let h = holders.iter().find(|h| h.token == t).unwrap();
+        assert_eq!(h.role, role, "{h:?}");
+        assert_eq!(h.info.as_ref().unwrap().pid, std::process::id(), "{h:?}");
+    }
+    // Full: 1 + 2 + 1 of 4, counted from the members that carry tokens.
+    assert!(matches!(
+        a.acquire_permits(&k, 1, 4, opts.wait(Wait::No)).await,
+        Err(Error::Timeout { .. })
+    ));
+    p2.extend(Duration::from_secs(20)).await.unwrap();
+
+    p1.release().await.unwrap();
+    assert_eq!(listed_tokens(&a, &k, permits).await, [t2, t3]);
+    later.release().await.unwrap();
+    p2.release().await.unwrap();
+    assert!(a.holders(&k).await.unwrap().is_empty());
+}
