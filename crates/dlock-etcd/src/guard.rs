@@ -186,6 +186,7 @@ impl Guard for EtcdGuard {
     /// Dropping the future may leave a fresh lease unused (revoked when
     /// dropped) and the key on its old lease.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }

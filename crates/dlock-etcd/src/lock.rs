@@ -198,7 +198,12 @@ impl EtcdLock {
         format!("{}{}/", self.inner.config.key_prefix, key.as_str())
     }
 
-    /// Who holds `key`: the contender with the lowest create revision.
+    /// Who holds `key`: the contender with the lowest create revision, and
+    /// what it holds by its key's layout: the mutex, a read or the write
+    /// of the read-write lock, or its count of the semaphore's permits
+    /// ([`Role::Permits`](dlock_core::Role::Permits); a key under `sem/` of
+    /// another layout holds every permit and shows `u32::MAX`). The others
+    /// holding with it (readers, permits): [`holders`](Self::holders).
     ///
     /// # Errors
     ///
@@ -208,14 +213,14 @@ impl EtcdLock {
     ///
     /// Read-only; safe to drop at any point.
     pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
-        let kv = protocol::holder(
+        let first = protocol::holder(
             &self.inner.conn.client,
             &self.lock_prefix(key),
             self.inner.config.request_timeout,
         )
         .await?;
-        Ok(kv.map(|kv| Holder {
-            role: dlock_core::Role::Mutex,
+        Ok(first.map(|(role, kv)| Holder {
+            role,
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             lease: kv.lease(),
             create_revision: kv.create_revision(),
@@ -225,7 +230,9 @@ impl EtcdLock {
 
     /// Every holder of anything named `key`, in create order: the mutex's
     /// first contender, the read-write lock's write or reads, the
-    /// semaphore's keys that fit their limit (waiters are left out).
+    /// semaphore's keys that fit their limit (waiters are left out; a key
+    /// under `sem/` of another layout takes every permit, shown as
+    /// `Role::Permits(u32::MAX)`, and holds when it is first).
     ///
     /// # Errors
     ///

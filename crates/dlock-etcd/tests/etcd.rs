@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
+use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Role, Wait};
 use dlock_etcd::{EtcdConfig, EtcdLock};
 use dlock_testkit::history::History;
 use dlock_testkit::launcher::{Etcd, etcd::etcdctl, shared};
@@ -700,4 +700,70 @@ async fn read_write_interoperates_with_go_recipe_keys() {
     .unwrap();
     assert_eq!(keys.lines().filter(|l| !l.is_empty()).count(), 1, "{keys}");
     w.release().await.unwrap();
+}
+
+/// A key under a semaphore's prefix that dlock did not write takes every
+/// permit. Here the key of the report: a count of `u64::MAX`, which
+/// overflowed the sum of counts (a panic in a debug build; in release the
+/// sum wrapped and two holders were admitted to a limit of 1). While it is
+/// there nobody is admitted; operators see it as what holds; once it is
+/// deleted the limit of 1 admits exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_semaphore_key_with_a_huge_count_admits_nobody() {
+    let f = common::EtcdFactory::shared().await;
+    let (a, b) = (
+        f.admin.clone(),
+        EtcdLock::connect(f.config.clone()).await.unwrap(),
+    );
+    let k = key(&unique("sem-overflow"));
+    let planted = format!("{}sem/{}/1/zz", a.lock_prefix(&k), u64::MAX);
+    etcdctl(&f.config.endpoints, &["put", &planted, ""]).unwrap();
+    let now = AcquireOptions::default().wait(Wait::No);
+    // Both asked while both could hold together: each guard is kept.
+    let (ra, rb) = tokio::join!(a.acquire_permits(&k, 1, 1, now), b.acquire_permits(&k, 1, 1, now));
+    for r in [ra, rb] {
+        assert!(
+            matches!(r, Err(Error::Timeout { .. })),
+            "admitted behind a key that fills the semaphore: {:?}",
+            r.map(|g| g.token())
+        );
+    }
+    let holders = a.holders(&k).await.unwrap();
+    let seen: Vec<(Role, &str)> = holders.iter().map(|h| (h.role, h.key.as_str())).collect();
+    assert_eq!(seen, [(Role::Permits(u32::MAX), planted.as_str())]);
+    etcdctl(&f.config.endpoints, &["del", &planted]).unwrap();
+    let g = a.acquire_permits(&k, 1, 1, now).await.unwrap();
+    assert!(matches!(
+        b.acquire_permits(&k, 1, 1, now).await,
+        Err(Error::Timeout { .. })
+    ));
+    g.release().await.unwrap();
+}
+
+/// `holder()` reports what the first contender holds, by its key: the
+/// semaphore's permits, a read or the write of the read-write lock, the
+/// mutex. (It said `Mutex` for all of them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_reports_what_the_holder_holds() {
+    let f = common::EtcdFactory::shared().await;
+    let lock = f.admin.clone();
+    let opts = AcquireOptions::default();
+    let sem = key(&unique("role-sem"));
+    let g = lock.acquire_permits(&sem, 2, 3, opts).await.unwrap();
+    let h = lock.holder(&sem).await.unwrap().expect("a holder");
+    assert_eq!((h.role, h.key.as_str()), (Role::Permits(2), g.etcd_key()));
+    assert_eq!(lock.holders(&sem).await.unwrap(), [h]);
+    g.release().await.unwrap();
+    let rw = key(&unique("role-rw"));
+    let g = lock.acquire_read(&rw, opts).await.unwrap();
+    assert_eq!(lock.holder(&rw).await.unwrap().map(|h| h.role), Some(Role::Read));
+    g.release().await.unwrap();
+    let g = lock.acquire_write(&rw, opts).await.unwrap();
+    assert_eq!(lock.holder(&rw).await.unwrap().map(|h| h.role), Some(Role::Write));
+    g.release().await.unwrap();
+    let m = key(&unique("role-mutex"));
+    let g = lock.acquire(&m, opts).await.unwrap();
+    assert_eq!(lock.holder(&m).await.unwrap().map(|h| h.role), Some(Role::Mutex));
+    g.release().await.unwrap();
+    assert_eq!(lock.holder(&m).await.unwrap(), None);
 }
