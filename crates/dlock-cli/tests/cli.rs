@@ -548,7 +548,14 @@ async fn the_command_gets_default_signal_dispositions() {
 async fn an_inherited_ignored_signal_stays_ignored_for_the_command() {
     let b = backends().await;
     let out = Command::new("env")
-        .args(["--default-signal", "--ignore-signal=QUIT", "--", DLOCK, "--url", &b.redis])
+        .args([
+            "--default-signal",
+            "--ignore-signal=QUIT",
+            "--",
+            DLOCK,
+            "--url",
+            &b.redis,
+        ])
         .args(["run", &unique("ignored"), "--", "sh", "-c"])
         .arg("exec grep -E '^SigIgn' /proc/self/status")
         .env_remove("RUST_LOG")
@@ -563,7 +570,11 @@ async fn an_inherited_ignored_signal_stays_ignored_for_the_command() {
         .unwrap();
     let bit = |n: u32| 1u64 << (n - 1);
     assert_ne!(ignored & bit(3), 0, "SIGQUIT not ignored: {status}");
-    assert_eq!(ignored & (bit(1) | bit(2) | bit(15)), 0, "HUP, INT or TERM ignored: {status}");
+    assert_eq!(
+        ignored & (bit(1) | bit(2) | bit(15)),
+        0,
+        "HUP, INT or TERM ignored: {status}"
+    );
 }
 
 /// A URL with a password need not be on the command line (`ps` shows it to

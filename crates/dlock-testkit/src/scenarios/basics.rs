@@ -211,10 +211,18 @@ pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     )
     .await;
     ensure!(waited.is_err(), "a held key was granted to a waiter");
-    for bad in [Duration::ZERO, Duration::MAX, AcquireOptions::MAX_TTL + Duration::from_millis(1)] {
+    for bad in [
+        Duration::ZERO,
+        Duration::MAX,
+        AcquireOptions::MAX_TTL + Duration::from_millis(1),
+    ] {
         match g.extend(bad).await {
             Err(Error::InvalidConfig(_)) => {}
-            other => return Err(Failure(format!("extend({bad:?}) gave {other:?}, not InvalidConfig"))),
+            other => {
+                return Err(Failure(format!(
+                    "extend({bad:?}) gave {other:?}, not InvalidConfig"
+                )));
+            }
         }
         ensure!(g.is_held(), "a refused extend({bad:?}) ended the hold");
         let free = ctx.key(&format!("bad-ttl-{}", bad.as_millis()));
