@@ -69,6 +69,21 @@ pub struct PostgresConfig {
     /// How long one statement may take (default 2 s).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Delete the rows of names nobody has held for this long (`lock_until`
+    /// older than now minus this), at connect and then hourly, in the
+    /// background (default `None`: rows stay, as ShedLock leaves them). See
+    /// [`PostgresLock::prune`](crate::PostgresLock::prune), which does it
+    /// once, and why a pruned name's next token is still higher.
+    ///
+    /// Off by default because deleting needs the `DELETE` right on the
+    /// table, which a role given only `SELECT, INSERT, UPDATE` (all that
+    /// locking needs) lacks, and because a table shared with ShedLock or
+    /// other tools is the operator's to clean. Turn it on where names are
+    /// many and short-lived (`job:<id>`): a day (`"1d"`) is a good bound.
+    /// A failed prune is logged (`tracing`, target `dlock`) and tried again
+    /// at the next one.
+    #[serde(with = "humantime_serde")]
+    pub prune_after: Option<Duration>,
 }
 
 impl Default for PostgresConfig {
@@ -81,6 +96,7 @@ impl Default for PostgresConfig {
             ca_file: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(2),
+            prune_after: None,
         }
     }
 }
@@ -217,6 +233,36 @@ impl PostgresConfig {
         config.application_name("dlock");
         Ok((config, tls))
     }
+}
+
+/// Where a configuration connects, for messages: `host:port/database` (each
+/// host of a list, comma-separated), never a credential.
+pub(crate) fn endpoint(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let ports = config.get_ports();
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let hosts: Vec<String> = if config.get_hosts().is_empty() {
+        config
+            .get_hostaddrs()
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| std::net::SocketAddr::new(*addr, port(i)).to_string())
+            .collect()
+    } else {
+        config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| match host {
+                Host::Tcp(name) => format!("{name}:{}", port(i)),
+                #[cfg(unix)]
+                Host::Unix(dir) => format!("{}:{}", dir.display(), port(i)),
+            })
+            .collect()
+    };
+    // PostgreSQL's default database is the user's name.
+    let database = config.get_dbname().or(config.get_user()).unwrap_or("postgres");
+    format!("{}/{database}", hosts.join(","))
 }
 
 /// How connections are made: in the clear, or over TLS with the server's
@@ -383,6 +429,7 @@ impl fmt::Debug for PostgresConfig {
             .field("ca_file", &self.ca_file)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("prune_after", &self.prune_after)
             .finish()
     }
 }
@@ -433,6 +480,19 @@ mod tests {
         );
         let zero = PostgresConfig::default().timeouts(Duration::ZERO, Duration::from_secs(1));
         assert!(zero.to_tokio().is_err());
+    }
+
+    #[test]
+    fn endpoints_name_hosts_ports_and_the_database_but_no_credential() {
+        for (url, shown) in [
+            ("postgres://u:s3cret@127.0.0.1:5433/app", "127.0.0.1:5433/app"),
+            ("postgres://app@db.example", "db.example:5432/app"),
+            ("postgres://u@h1:1,h2:2/x?sslmode=disable", "h1:1,h2:2/x"),
+            ("postgres:///x?hostaddr=::1&port=7", "[::1]:7/x"),
+        ] {
+            let (config, _) = PostgresConfig::from_url(url).to_tokio().unwrap();
+            assert_eq!(endpoint(&config), shown, "{url}");
+        }
     }
 
     #[test]

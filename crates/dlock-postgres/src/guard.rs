@@ -114,16 +114,18 @@ impl Guard for PostgresGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] if the grant expired, [`Error::NotHeld`] if another
-    /// client holds the name (both also fire `lost()`);
-    /// [`Error::Unavailable`] / [`Error::Backend`] when PostgreSQL fails
-    /// (the row may or may not have moved).
+    /// [`Error::InvalidConfig`] for a TTL of zero or more than
+    /// [`AcquireOptions::MAX_TTL`]; [`Error::Lost`] if the grant expired,
+    /// [`Error::NotHeld`] if another client holds the name (both also fire
+    /// `lost()`); [`Error::Unavailable`] / [`Error::Backend`] when
+    /// PostgreSQL fails (the row may or may not have moved).
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may or may not leave the row extended; the local
     /// deadline moves only on a confirmed extend.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        dlock_core::driver::check_ttl(BACKEND, ttl)?;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this PostgresLock was abandoned"));
         }
@@ -178,31 +180,11 @@ impl Drop for PostgresGuard {
         self.keeper.stop();
         self.validity.fire_lost();
         if !self.released {
-            release_in_background(
-                &self.conn,
+            self.conn.release_in_background(
                 self.key.as_str().into(),
                 Arc::clone(&self.value),
                 self.validity.deadline(),
             );
         }
     }
-}
-
-/// Releases in the background (drops, failed releases, attempts whose
-/// reply was lost), retrying until `until` (past it the row expires on its
-/// own).
-pub(crate) fn release_in_background(conn: &Arc<Conn>, name: Arc<str>, value: Arc<str>, until: Instant) {
-    if conn.is_abandoned() {
-        return;
-    }
-    let (conn, gone) = (Arc::clone(conn), Arc::clone(conn));
-    dlock_core::driver::clean_up_in_background(
-        format!("postgres: release {name}"),
-        Some(until),
-        move || gone.is_abandoned(),
-        move || {
-            let (conn, name, value) = (Arc::clone(&conn), Arc::clone(&name), Arc::clone(&value));
-            async move { conn.release(&name, &value).await.map(drop) }
-        },
-    );
 }

@@ -45,11 +45,24 @@
 //!   another ([`Error::NotHeld`](dlock_core::Error::NotHeld)); a release
 //!   sets `lock_until` to now (the row stays, and its fence) and `NOTIFY`s
 //!   the table's channel;
-//! - **waiting**: `LISTEN` on the handle's connection, and a jittered poll
-//!   never longer than the holder's remaining TTL (behind a transaction
-//!   pooler, where `LISTEN` does not work, waiting is only polled);
-//! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`; the local
-//!   deadline runs from the acquire's send time minus drift.
+//! - **rows**: one per name locked, kept after release; rows idle longer
+//!   than a bound are deleted by [`PostgresLock::prune`] or, hourly, with
+//!   [`PostgresConfig::prune_after`] (off by default). A pruned name's
+//!   next token is still higher, by the clock term;
+//! - **waiting**: `LISTEN` on the handle's acquire connection, and a
+//!   jittered poll never longer than the holder's remaining TTL (behind a
+//!   transaction pooler, where `LISTEN` does not work, waiting is only
+//!   polled);
+//! - **watchdog**: with `auto_extend`, renewal at `ttl / 3`, on a
+//!   connection of its own (an acquire waiting on a row lock does not hold
+//!   it up); the local deadline runs from the acquire's send time minus
+//!   drift;
+//! - **isolation**: every connection asks for `READ COMMITTED`, whatever
+//!   the database or role sets, and a serialization failure or deadlock is
+//!   answered by sending the statement again, never by an error;
+//! - **a statement without an answer** within the request timeout is
+//!   cancelled, and an acquire's answer is still awaited in the
+//!   background, so a grant that commits late is released.
 //!
 //! The table ([`PostgresConfig::create_table_sql`]) is created at connect
 //! if absent. Its first four columns are ShedLock's, so ShedLock's JDBC

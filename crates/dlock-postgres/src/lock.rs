@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dlock_core::driver::{OnDrop, saturating_add};
+use dlock_core::driver::saturating_add;
 use dlock_core::{
     AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
 
 use crate::config::PostgresConfig;
 use crate::error::BACKEND;
-use crate::guard::{PostgresGuard, release_in_background};
+use crate::guard::PostgresGuard;
 use crate::protocol::{Conn, Found, MIN_TTL, new_value};
 
 /// The fallback poll while waiting, jittered between half and all of this,
@@ -19,9 +19,11 @@ const POLL: Duration = Duration::from_millis(150);
 
 /// A lock backend on one PostgreSQL database: a lease table.
 ///
-/// Cheap to clone: clones share one connection (statements pipelined on
-/// it, release notices arriving on it), opened again when it is lost. See
-/// the [crate docs](crate) for the protocol.
+/// Cheap to clone: clones share two connections, each opened again when
+/// it is lost: one for acquires and the operator views (release notices
+/// arrive on it), one for the guards' extends and releases (so that an
+/// acquire waiting on a row lock does not hold up the renewals). See the
+/// [crate docs](crate) for the protocol.
 #[derive(Clone)]
 pub struct PostgresLock {
     inner: Arc<Inner>,
@@ -60,8 +62,10 @@ impl PostgresLock {
     /// # Errors
     ///
     /// - [`Error::InvalidConfig`] for a bad URL, table name or timeout, a
-    ///   database that does not exist, refused credentials, or a missing
-    ///   table that may not be created;
+    ///   database that does not exist, refused credentials, a missing
+    ///   table that may not be created, or a lock table whose columns are
+    ///   not of the types the driver reads (a `fence` that is not `bigint`:
+    ///   the message says which column, which type, and what to run);
     /// - [`Error::Unavailable`] if the server cannot be reached within
     ///   `connect_timeout`;
     /// - [`Error::Backend`] if the table cannot be created (no permission:
@@ -81,12 +85,11 @@ impl PostgresLock {
     /// # Ok(()) }
     /// ```
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
-        let conn = Conn::connect(&config)
-            .await
-            .map_err(|e| e.at(&dlock_core::driver::endpoint_of(&config.url)))?;
+        // Its errors name the endpoint (`host:port/database`).
+        let conn = Conn::connect(&config).await?;
         Ok(PostgresLock {
             inner: Arc::new(Inner {
-                conn: Arc::new(conn),
+                conn,
                 host: dlock_core::driver::host_name(),
             }),
         })
@@ -127,7 +130,36 @@ impl PostgresLock {
         self.inner.conn.in_use(prefix).await
     }
 
-    /// Drops the connection without releasing anything, as if this process
+    /// Deletes the rows of names nobody has held for longer than `idle`
+    /// (whose `lock_until` passed more than `idle` ago); returns how many.
+    /// What [`PostgresConfig::prune_after`] does hourly.
+    ///
+    /// A released row stays in the table, with its fence, so the table
+    /// has one row per name ever locked. A pruned name's next grant starts
+    /// a new row, and its token is still higher than the pruned one: a
+    /// token is `max(fence + 1, server clock in µs)`, and the clock term
+    /// has passed the old fence unless the server's clock went back by more
+    /// than `idle` since (the assumption a failover makes already). So keep
+    /// `idle` well above any clock step you expect: a day is a good bound;
+    /// `Duration::ZERO` (every row not held now) is for tests.
+    ///
+    /// The statement scans the table (it has no index on `lock_until`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when PostgreSQL cannot be reached or does not
+    /// answer within the request timeout; [`Error::Backend`] when it refuses
+    /// (a role without the `DELETE` right on the table).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the rows deleted; either
+    /// way nothing held is touched.
+    pub async fn prune(&self, idle: Duration) -> Result<u64> {
+        self.inner.conn.prune(idle).await
+    }
+
+    /// Drops the connections without releasing anything, as if this process
     /// had died: the keeper stops, guards' drops release nothing, and the
     /// rows expire by their TTL. For tests and for shutdown paths that must
     /// not block.
@@ -143,22 +175,13 @@ impl PostgresLock {
         self.inner.conn.is_abandoned()
     }
 
-    /// One attempt. If the call is dropped or fails without a definite
-    /// answer, a compare-owner release follows in the background, so a
-    /// grant nobody receives does not outlive the call.
+    /// One attempt. If the call is dropped or times out before the
+    /// statement's answer is read, the answer is followed in the
+    /// background and a grant nobody received is released (see the
+    /// protocol's docs).
     async fn attempt(&self, key: &LockKey, ttl: Duration) -> Result<(Found, Arc<str>, Instant)> {
         let value: Arc<str> = new_value(&self.inner.host).into();
-        let cleanup = OnDrop::new((), |()| {
-            release_in_background(
-                &self.inner.conn,
-                key.as_str().into(),
-                Arc::clone(&value),
-                saturating_add(Instant::now(), ttl),
-            );
-        });
-        let sent = Instant::now();
-        let found = self.inner.conn.acquire(key.as_str(), &value, ttl).await?;
-        cleanup.disarm();
+        let (found, sent) = self.inner.conn.acquire(key.as_str(), &value, ttl).await?;
         Ok((found, value, sent))
     }
 
@@ -252,12 +275,18 @@ impl Lock for PostgresLock {
     ///
     /// [`Error::Timeout`] when the wait runs out; [`Error::Unavailable`]
     /// when PostgreSQL cannot be reached or does not answer within the
-    /// request timeout; [`Error::Backend`] when it answers oddly.
+    /// request timeout; [`Error::Backend`] when it answers oddly;
+    /// [`Error::InvalidConfig`] when a new connection finds the table's
+    /// columns of other types. Every message names the endpoint and, for
+    /// what the server said, its message and SQLSTATE. A serialization
+    /// failure or a deadlock (`REPEATABLE READ` or `SERIALIZABLE` set on
+    /// the database or role, where the driver cannot pin `READ COMMITTED`)
+    /// is not an error: the attempt is made again.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a dropped call sends a compare-owner release for an
-    /// attempt whose answer it did not see.
+    /// Cancel safe: the answer of an attempt the dropped call did not see
+    /// is awaited in the background, and a grant is released.
     async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<PostgresGuard> {
         dlock_core::trace::acquire(BACKEND, key, &opts, self.take(key, opts)).await
     }

@@ -30,6 +30,9 @@ pub struct Member {
     /// Whether a restart whose process exits before it is ready is tried
     /// again (until the readiness deadline).
     retry_start: bool,
+    /// Whether the server is a tree of processes (a postmaster and its
+    /// backends) that faults must reach as a whole.
+    tree: bool,
     /// The uid and gid the process runs as, and the directory it starts
     /// in (none: ours).
     user: Option<((u32, u32), PathBuf)>,
@@ -67,6 +70,7 @@ impl Member {
             paused: false,
             envs: Vec::new(),
             retry_start: false,
+            tree: false,
             user: None,
         }
     }
@@ -75,6 +79,14 @@ impl Member {
     /// ready (see [`restart`](Self::restart)).
     pub(crate) fn retrying_start(mut self) -> Self {
         self.retry_start = true;
+        self
+    }
+
+    /// Makes pause, resume and kill reach every process the server started
+    /// (PostgreSQL's backends each serve a connection on their own: a
+    /// stopped postmaster alone leaves every open connection answered).
+    pub(crate) fn as_a_tree(mut self) -> Self {
+        self.tree = true;
         self
     }
 
@@ -193,7 +205,16 @@ impl Member {
             .ok_or_else(|| LaunchError(format!("{} is not running", self.name)))?;
         let pid = i32::try_from(pid).map_err(|_| LaunchError(format!("pid {pid} out of range")))?;
         kill(Pid::from_raw(pid), signal)
-            .map_err(|e| LaunchError(format!("{}: kill -{signal}: {e}", self.name)))
+            .map_err(|e| LaunchError(format!("{}: kill -{signal}: {e}", self.name)))?;
+        if self.tree {
+            // The parent first: stopped or dead, it starts no new child
+            // while the others are signalled. A child that ended meanwhile
+            // is no error.
+            for child in descendants(pid) {
+                let _ = kill(Pid::from_raw(child), signal);
+            }
+        }
+        Ok(())
     }
 
     /// Kills the process with `SIGKILL` (no clean shutdown) and reaps it.
@@ -297,6 +318,41 @@ pub(crate) async fn start_all(members: &mut [Member]) -> Result<(), LaunchError>
         m.wait_ready().await?;
     }
     Ok(())
+}
+
+/// Every process descended from `root`, read from `/proc` (children before
+/// grandchildren).
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parents = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Some(ppid) = std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| parent_of(&stat))
+            {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|&&(_, pp)| pp == parent).map(|&(p, _)| p));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the second field after the
+/// command name, which is in parentheses and may itself hold any character.
+fn parent_of(stat: &str) -> Option<i32> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -106,14 +106,20 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// The Debian packages the launcher (and the drivers' builds) need.
-pub const PACKAGES: [&str; 6] = [
+/// The Debian packages the launcher, the drivers' builds and the interop
+/// tests' reference clients need.
+pub const PACKAGES: [&str; 11] = [
     "redis-server",
+    "redis-tools",
     "etcd-server",
     "etcd-client",
     "zookeeper",
+    "postgresql",
     "protobuf-compiler",
     "gcc",
+    "golang-go",
+    "golang-etcd-server-dev",
+    "libcurator-recipes-java",
 ];
 
 /// Which of [`PACKAGES`] look missing on this machine (by the files they
@@ -129,6 +135,14 @@ pub fn missing_packages() -> Vec<&'static str> {
         ("zookeeper", zk::JAR),
         ("postgresql", postgres::SERVER),
         ("protobuf-compiler", "/usr/bin/protoc"),
+        // The reference clients the interop tests run: etcd's own Go
+        // recipes (built offline in GOPATH mode) and Apache Curator.
+        ("golang-go", "/usr/bin/go"),
+        (
+            "golang-etcd-server-dev",
+            "/usr/share/gocode/src/go.etcd.io/etcd/contrib/recipes",
+        ),
+        ("libcurator-recipes-java", "/usr/share/java/curator-recipes.jar"),
         // Builds the Redis clock shim (and links Rust itself).
         ("gcc", "/usr/bin/cc"),
     ] {
@@ -145,6 +159,19 @@ mod tests {
 
     /// Ports for servers are distinct and, where the system leaves room,
     /// outside the ephemeral range (a restarted server gets its port back).
+    /// What `missing_packages` can name is listed in `PACKAGES`.
+    #[test]
+    fn packages_list_every_package_checked() {
+        let src = include_str!("mod.rs");
+        let checked = src[src.find("pub fn missing_packages").unwrap()..]
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("(\""))
+            .map(|l| &l[..l.find('"').unwrap()]);
+        for p in checked {
+            assert!(PACKAGES.contains(&p), "{p} is checked but not in PACKAGES");
+        }
+    }
+
     #[test]
     fn free_ports_are_distinct_and_below_the_ephemeral_range() {
         let ports = free_ports(12).unwrap();

@@ -180,7 +180,8 @@ impl Postgres {
             probe,
             Duration::from_secs(60),
         )
-        .retrying_start();
+        .retrying_start()
+        .as_a_tree();
         if let Some(ids) = user {
             std::fs::File::create(&log)?;
             chown_all(&log, ids)?;
