@@ -7,12 +7,20 @@ use crate::servers::Servers;
 use crate::setup::cargo;
 
 /// `cargo xtask demo`.
+///
+/// A newcomer's first look should show the distributed backends: when the
+/// servers' packages are missing, the demo installs them as `cargo xtask
+/// test` does (root, with apt-get), and runs every backend; where it cannot
+/// (not root), it runs the in-process backend and says the one command that
+/// would install the rest.
 pub async fn run() -> Result<(), String> {
-    let missing = missing_packages();
-    if !missing.is_empty() {
+    if !missing_packages().is_empty()
+        && let Err(how) = crate::setup::ensure_packages()
+    {
         eprintln!(
-            "xtask demo: {} not installed; running on the in-process backend only (`cargo xtask test` installs them)",
-            missing.join(", ")
+            "xtask demo: the servers are not installed, so this runs on the in-process backend only.\n\
+             xtask demo: {how}\n\
+             xtask demo: then `cargo xtask demo` runs every backend."
         );
         return cargo(
             &[

@@ -143,11 +143,15 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
-        "| PostgreSQL | while the one primary keeps its data and the holder is not paused (an asynchronous standby may lose the last grants) | strict (`max(fence + 1, server clock µs)`, in the row) | 0 overlapping holds, 0 stale writes accepted, 0 lost updates under server kill/restart (the rows survive), SIGSTOP of the postmaster, client partition and holder pauses |"
+        "| PostgreSQL | while the one primary keeps its data and the holder is not paused (an asynchronous standby may lose the last grants) | strict (`max(fence + 1, server clock µs)`, in the row) | 0 overlapping holds, 0 stale writes accepted, 0 lost updates under server kill/restart (the rows survive), SIGSTOP of the whole server (the postmaster and every backend), client partition and holder pauses |"
     );
     let _ = writeln!(
         d,
         "| Redlock | timing-dependent (efficiency locks only) | none | holder pauses and frozen client processes *do* lose updates; a quorum node restarted without persistence, or whose clock steps forward, lets two clients hold at once: the runs assert the checker reports it |"
+    );
+    let _ = writeln!(
+        d,
+        "\nRedis and PostgreSQL leases run on the server's wall clock (`PX`, `now()`): a step of that clock forward shortens every lease on it by the step, and can let a second holder in while the first still trusts its own (monotonic) deadline; keep the servers' clocks slewed, not stepped (chrony, `ntpd -x`). No run here steps a single Redis or PostgreSQL server's clock; the Redlock run shows what a stepped node does. etcd and ZooKeeper count leases and sessions on the leader's monotonic timers."
     );
     let _ = writeln!(
         d,
@@ -162,7 +166,7 @@ async fn reliability(
     );
     let _ = writeln!(
         d,
-        "| stop | `SIGSTOP` to a server or member, `SIGCONT` after the fault period |"
+        "| stop | `SIGSTOP` to a server or member (PostgreSQL: every process of the server, so open connections get no answer either), `SIGCONT` after the fault period |"
     );
     let _ = writeln!(
         d,

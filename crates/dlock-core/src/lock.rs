@@ -100,7 +100,11 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// Takes `key` as a read-write lock, shared: any number of read grants
     /// hold together, none while a write grant holds, and a read waits
     /// behind a write that was waiting before it (a stream of readers
-    /// cannot starve a writer). Use a name for one kind of lock only: the
+    /// cannot starve a writer). On Redis, whose readers have no queue, a
+    /// write counts as waiting from its second attempt (made at once, as
+    /// soon as it listens for releases): a read that arrives between a
+    /// writer's first refusal and that second attempt may go first, and a
+    /// write with [`Wait::No`] never holds reads back. Use a name for one kind of lock only: the
     /// layouts of read-write locks differ from mutexes' (as Curator's and
     /// etcd's do), so [`acquire`](Self::acquire) of the same name does not
     /// exclude it.

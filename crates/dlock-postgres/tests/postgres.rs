@@ -482,7 +482,7 @@ async fn a_repeatable_read_role_does_not_fail_contended_acquires() {
         .get(0);
     assert_eq!(level, "repeatable read");
     let config =
-        PostgresConfig::from_url(role_url).table("public", &format!("iso_{:x}", rand::random::<u32>()));
+        PostgresConfig::from_url(role_url).table("public", format!("iso_{:x}", rand::random::<u32>()));
     let k = key("iso");
     let holding = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();

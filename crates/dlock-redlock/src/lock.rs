@@ -359,7 +359,7 @@ impl Lock for Redlock {
             what: "semaphores",
             why: "a count cannot be kept across a quorum of independent servers (two majorities can each \
                   count a different set of holders, and together exceed the limit); use a backend whose \
-                  capabilities offer semaphores (etcd, ZooKeeper)",
+                  capabilities offer semaphores (Redis, etcd, ZooKeeper)",
         })
     }
 }

@@ -336,16 +336,16 @@ impl fmt::Display for SafetyReport {
             self.longest_gap_after_heal
         )?;
         if self.heals_without_grant > 0 {
+            // One line, not the log: a long run faults thousands of times
+            // (the whole log is in `faults`, for whoever wants it).
             write!(
                 f,
-                "; {} heal(s) with no grant after them before the run ended (faults: ",
+                "; {} heal(s) with no grant after them before the run ended",
                 self.heals_without_grant
             )?;
-            for (i, (at, what)) in self.faults.iter().enumerate() {
-                let sep = if i == 0 { "" } else { "; " };
-                write!(f, "{sep}{:.1}s {what}", at.as_secs_f64())?;
+            if let Some((at, what)) = self.faults.last() {
+                write!(f, " (the last fault: {what} at {:.1}s)", at.as_secs_f64())?;
             }
-            write!(f, ")")?;
         }
         match &self.residue {
             Some(r) => write!(f, "; {r}"),

@@ -85,7 +85,7 @@ impl Member {
     /// Makes pause, resume and kill reach every process the server started
     /// (PostgreSQL's backends each serve a connection on their own: a
     /// stopped postmaster alone leaves every open connection answered).
-    pub(crate) fn as_a_tree(mut self) -> Self {
+    pub(crate) fn faulted_as_a_tree(mut self) -> Self {
         self.tree = true;
         self
     }

@@ -181,7 +181,7 @@ impl Postgres {
             Duration::from_secs(60),
         )
         .retrying_start()
-        .as_a_tree();
+        .faulted_as_a_tree();
         if let Some(ids) = user {
             std::fs::File::create(&log)?;
             chown_all(&log, ids)?;
