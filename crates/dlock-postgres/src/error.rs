@@ -22,6 +22,9 @@ enum Kind {
     Unavailable,
     /// A database that does not exist, or credentials refused.
     InvalidConfig,
+    /// A name longer than the lock table's `name` column allows (a
+    /// ShedLock table's `VARCHAR(64)`).
+    InvalidKey,
     /// Anything else the server said.
     Backend,
 }
@@ -39,6 +42,9 @@ fn kind(code: Option<&str>) -> Kind {
     // again did not help), and a standby: try again later.
     if matches!(class, "08" | "53" | "57" | "40") || code == SqlState::READ_ONLY_SQL_TRANSACTION.code() {
         return Kind::Unavailable;
+    }
+    if code == SqlState::STRING_DATA_RIGHT_TRUNCATION.code() {
+        return Kind::InvalidKey;
     }
     if [
         &SqlState::INVALID_CATALOG_NAME,
@@ -115,6 +121,12 @@ fn classified(kind: Kind, said: String, source: Option<tokio_postgres::Error>, e
         )
         .at(endpoint),
         Kind::InvalidConfig => Error::InvalidConfig(format!("{BACKEND} at {endpoint}: {said}")),
+        Kind::InvalidKey => Error::InvalidKey {
+            reason: format!(
+                "{BACKEND} at {endpoint}: a value is longer than the lock table's column allows (a name \
+                 longer than its name column, such as a ShedLock table's VARCHAR(64)): {said}"
+            ),
+        },
         Kind::Backend => Error::backend(
             BACKEND,
             Failure {
@@ -243,6 +255,17 @@ mod tests {
         for code in ["3D000", "28P01", "28000"] {
             assert!(matches!(mapped(code, "x"), Error::InvalidConfig(_)), "{code}");
         }
+    }
+
+    /// A name longer than the table's `name` column (a ShedLock table's
+    /// `VARCHAR(64)`) is the caller's key, not the server failing.
+    #[test]
+    fn a_value_too_long_for_its_column_is_an_invalid_key() {
+        let e = mapped("22001", "value too long for type character varying(64)");
+        assert!(
+            matches!(&e, Error::InvalidKey { reason } if reason.contains(AT) && reason.contains("VARCHAR(64)")),
+            "{e:?}"
+        );
     }
 
     #[test]

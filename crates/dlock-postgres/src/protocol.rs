@@ -92,6 +92,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// deadlock is sent again before the failure is reported.
 const CONFLICT_RETRIES: u32 = 10;
 
+/// How many rows one prune statement deletes at most.
+const PRUNE_BATCH: u64 = 1000;
+
 /// How often a handle with `prune_after` prunes (the first time at
 /// connect).
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -148,7 +151,15 @@ impl Sql {
             in_use: format!(
                 "SELECT t.name FROM {table} t WHERE starts_with(t.name, $1) AND t.lock_until > {now} ORDER BY t.name"
             ),
-            prune: format!("DELETE FROM {table} t WHERE t.lock_until < {now} - make_interval(secs => $1)"),
+            // In batches: one short statement at a time on the acquire
+            // lane, never one long scan that the request time-out cancels
+            // (and that holds back the acquires queued behind it). The
+            // outer condition is checked again on the row it deletes.
+            prune: format!(
+                "DELETE FROM {table} t WHERE t.ctid IN (SELECT ctid FROM {table} \
+                 WHERE lock_until < {now} - make_interval(secs => $1) LIMIT {PRUNE_BATCH}) \
+                 AND t.lock_until < {now} - make_interval(secs => $1)"
+            ),
         }
     }
 }
@@ -183,6 +194,10 @@ enum Lane {
 struct Session {
     client: Client,
     cancel: CancelToken,
+    /// A cancel request was sent already (one per connection: several
+    /// callers timing out together on one retired connection must not
+    /// cancel whatever runs after the stuck statement, one by one).
+    cancelled: std::sync::atomic::AtomicBool,
     acquire: Statement,
     release: Statement,
     extend: Statement,
@@ -292,14 +307,23 @@ where
 
 /// `options` (the URL's, if any) with `default_transaction_isolation`
 /// pinned to `read committed` (the space escaped, as PostgreSQL splits
-/// `options` on spaces; last one wins, so the pin comes last).
+/// `options` on spaces; last one wins, so the pin comes last), and the
+/// session's `TimeZone` to UTC: the statements write UTC wall-clock
+/// `timestamp`s, which a `timestamptz` column would otherwise read in the
+/// server's zone (hours apart between clients of different zones, and an
+/// hour back at a daylight-saving change, which would let a held row be
+/// taken over).
 fn read_committed(options: Option<&str>) -> String {
-    let pin = r"-c default_transaction_isolation=read\ committed";
+    let pin = PINNED;
     match options.map(str::trim).filter(|o| !o.is_empty()) {
         Some(theirs) => format!("{theirs} {pin}"),
         None => pin.to_owned(),
     }
 }
+
+/// The session settings every connection starts with (see
+/// [`read_committed`]).
+const PINNED: &str = r"-c default_transaction_isolation=read\ committed -c TimeZone=UTC";
 
 /// What a handle and its guards share: the two connections (each opened
 /// again when it is lost), the statements, the waiters, the keeper, and
@@ -439,7 +463,7 @@ impl Conn {
     /// queued behind it on `s` may be cancelled instead; each of their
     /// callers sees an error and tries again as for any other.)
     fn cancel(&self, s: &Session) {
-        if self.is_abandoned() {
+        if self.is_abandoned() || s.cancelled.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
         let (token, tls, within) = (s.cancel.clone(), self.tls.clone(), self.config.connect_timeout);
@@ -478,6 +502,7 @@ impl Conn {
         .map_err(failed)?;
         Ok(Session {
             cancel: client.cancel_token(),
+            cancelled: std::sync::atomic::AtomicBool::new(false),
             acquire,
             release,
             extend,
@@ -834,16 +859,24 @@ impl Conn {
         rows.iter().map(|r| self.read(r, 0)).collect()
     }
 
-    /// Deletes the rows whose `lock_until` passed more than `idle` ago;
-    /// returns how many.
+    /// Deletes the rows whose `lock_until` passed more than `idle` ago, in
+    /// batches of [`PRUNE_BATCH`]; returns how many.
     pub(crate) async fn prune(&self, idle: Duration) -> Result<u64> {
         let secs = seconds(idle);
         let sql = &self.sql.prune;
-        self.run(
-            Lane::Acquire,
-            |s| async move { s.client.execute(sql, &[&secs]).await },
-        )
-        .await
+        let mut deleted = 0;
+        loop {
+            let batch = self
+                .run(
+                    Lane::Acquire,
+                    |s| async move { s.client.execute(sql, &[&secs]).await },
+                )
+                .await?;
+            deleted += batch;
+            if batch < PRUNE_BATCH {
+                return Ok(deleted);
+            }
+        }
     }
 
     /// Prunes rows idle longer than `idle` now and then every
@@ -949,10 +982,26 @@ fn check_columns(table: &str, columns: &[(String, String, String)]) -> Result<bo
                      ALTER COLUMN {column} TYPE {fix} USING {column}::{fix}{default}"
                 )));
             }
+            // A timestamp rounded to whole or tenths of seconds moves
+            // `lock_until` down and `locked_at` up by up to half of its
+            // step: a competitor could take a row that much early, more
+            // than a grant's drift allows. ShedLock's `TIMESTAMP(3)` is fine.
+            Some((_, ty, declared)) if ty.starts_with("timestamp") && coarse(declared) => {
+                return Err(Error::InvalidConfig(format!(
+                    "postgres: the lock table {table} has column {column} of type {declared}, which rounds \
+                     to less than milliseconds; run:\nALTER TABLE {table} ALTER COLUMN {column} TYPE {ty}"
+                )));
+            }
             Some(_) => {}
         }
     }
     Ok(fence)
+}
+
+/// Whether a declared timestamp type keeps fewer than 3 fractional digits
+/// (`timestamp(0)`, `(1)`, `(2)`).
+fn coarse(declared: &str) -> bool {
+    ["(0)", "(1)", "(2)"].iter().any(|p| declared.contains(p))
 }
 
 /// A duration as the seconds `make_interval` takes (cut to the driver's
@@ -1004,7 +1053,7 @@ mod tests {
 
     #[test]
     fn the_isolation_is_pinned_after_the_urls_own_options() {
-        let pin = r"-c default_transaction_isolation=read\ committed";
+        let pin = r"-c default_transaction_isolation=read\ committed -c TimeZone=UTC";
         assert_eq!(read_committed(None), pin);
         assert_eq!(read_committed(Some("  ")), pin);
         assert_eq!(
@@ -1051,6 +1100,16 @@ mod tests {
                 "{e}"
             );
         }
+        // A timestamp kept to whole seconds is refused, naming the fix.
+        let mut coarse = table(Some("bigint"));
+        coarse[1].2 = "timestamp(0) without time zone".to_owned();
+        let e = check_columns(t, &coarse).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidConfig(m)
+                if m.contains("lock_until of type timestamp(0) without time zone")
+                    && m.contains("ALTER COLUMN lock_until TYPE timestamp without time zone")),
+            "{e}"
+        );
         let mut no_name = table(Some("bigint"));
         no_name.remove(0);
         assert!(
