@@ -29,9 +29,11 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 /// that fall due together run concurrently. The task ends when the handle
 /// and every guard are gone.
 ///
-/// The task runs on the runtime of the first guard it keeps: a handle
-/// whose guards outlive that runtime must make them on a runtime that
-/// lives as long as they do (the usual one runtime per process does).
+/// The task runs on the runtime of the first guard it keeps. If that
+/// runtime shuts down while guards are kept (a runtime per worker, a test's
+/// runtime), every guard the task kept, or was about to keep, fires
+/// `lost()` at once (`why`: [`KEEPER_GONE`](crate::trace::why::KEEPER_GONE)),
+/// and the next guard starts a new task on its own runtime.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -213,6 +215,20 @@ impl std::fmt::Debug for Entry {
     }
 }
 
+/// An entry dropped while its guard still counts on it (not released, not
+/// lost, its handle not abandoned) was dropped with the task that kept it:
+/// a runtime shut down under the task, with the entry in its slots, in a
+/// renewal, or still in the inbox. Nothing will renew it or watch its
+/// deadline any more, so its guard is told now. (Every other way an entry
+/// ends, it is gone first.)
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if !self.gone() {
+            self.validity.lose(crate::trace::why::KEEPER_GONE);
+        }
+    }
+}
+
 impl Entry {
     fn gone(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) || (self.abandoned)() || self.validity.is_lost()
@@ -359,11 +375,16 @@ struct Running(Arc<Shared>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.running = false;
-        state.looks_by = None;
-        // Messages for slots that went with this task.
-        state.inbox.clear();
+        let unread = {
+            let mut state = self.0.state();
+            state.running = false;
+            state.looks_by = None;
+            // Messages for slots that went with this task.
+            std::mem::take(&mut state.inbox)
+        };
+        // Guards not yet read fire `lost()` as their entries go (outside
+        // the lock: a lost signal runs its watchers).
+        drop(unread);
     }
 }
 
@@ -492,6 +513,71 @@ mod tests {
             ttl,
             Drift::DEFAULT,
         )
+    }
+
+    /// The keeper's task started on a runtime that then shuts down: the
+    /// guards it kept (and one made on a live runtime meanwhile, waiting in
+    /// the inbox) fire `lost()` at once, with their TTLs far away; the next
+    /// guard starts a new task on its own runtime and is renewed.
+    #[test]
+    fn guards_are_lost_when_their_keepers_runtime_goes() {
+        let live = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let keeper = Keeper::new();
+        let ttl = Duration::from_secs(60);
+        let renewals = Arc::new(AtomicU32::new(0));
+        // The guard's side keeps its validity, as a driver's guard does.
+        let keep = |keeper: &Keeper, ttl: Duration| {
+            let (v, lost) = validity(ttl);
+            let n = Arc::clone(&renewals);
+            let kept = keeper.keep(
+                Arc::clone(&v),
+                ttl,
+                true,
+                Instant::now(),
+                Box::new(move || {
+                    n.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async { Ok(Ok(())) })
+                }),
+                || false,
+            );
+            (kept, lost, v)
+        };
+        let short_lived = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // The task starts on the short-lived runtime and reads its inbox.
+        let first = short_lived.block_on(async {
+            let first = keep(&keeper, ttl);
+            tokio::task::yield_now().await;
+            first
+        });
+        // Made on the live runtime: the task (not running now) has it in
+        // its inbox.
+        let second = live.block_on(async { keep(&keeper, ttl) });
+        drop(short_lived);
+        for (_, lost, _) in [&first, &second] {
+            assert!(lost.is_lost(), "a guard of a task whose runtime went is not lost");
+        }
+        // A later guard gets a task on its own runtime, and is renewed.
+        live.block_on(async {
+            let short = Duration::from_millis(300);
+            let (third, lost, _validity) = keep(&keeper, short);
+            let before = renewals.load(Ordering::SeqCst);
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while renewals.load(Ordering::SeqCst) < before + 2 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("the later guard was not renewed");
+            assert!(!lost.is_lost());
+            drop(third);
+        });
     }
 
     /// Many guards, one task: every guard is renewed at a third of its

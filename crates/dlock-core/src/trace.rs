@@ -85,6 +85,9 @@ pub mod why {
     /// No server answered within the session timeout: the server may have
     /// expired the session.
     pub const SESSION_SILENT: &str = "no reply within the session timeout: the session may have expired";
+    /// The task that renewed the guard ended with its runtime (shut down
+    /// while the guard was held): nothing renews it any more.
+    pub const KEEPER_GONE: &str = "the task that renewed it ended (its runtime shut down)";
 }
 
 fn ms(d: Duration) -> u64 {
