@@ -424,8 +424,9 @@ impl MemLock {
                 .unwrap_or(grant.deadline),
         ));
         let (trigger, signal) = grant.lost;
+        let stopped = Arc::new(AtomicBool::new(false));
         let watchdog = opts.auto_extend.then(|| {
-            tokio::spawn(watchdog(
+            let task = watchdog(
                 Arc::downgrade(&self.server),
                 Arc::clone(&self.client),
                 name.clone(),
@@ -433,7 +434,19 @@ impl MemLock {
                 ttl,
                 Arc::clone(&local_deadline),
                 trigger.clone(),
-            ))
+            );
+            let gone = WatchdogGone {
+                stopped: Arc::clone(&stopped),
+                key: name.1.clone(),
+                lost: trigger.clone(),
+            };
+            (
+                tokio::spawn(async move {
+                    let _gone = gone;
+                    task.await;
+                }),
+                Arc::clone(&stopped),
+            )
         });
         MemGuard {
             lock: self.clone(),
@@ -460,6 +473,24 @@ impl std::fmt::Debug for MemLock {
         f.debug_struct("MemLock")
             .field("abandoned", &self.client.abandoned.load(Ordering::Relaxed))
             .finish_non_exhaustive()
+    }
+}
+
+/// Fires a guard's `lost()` when its watchdog task is dropped before the
+/// guard stopped it: the runtime it ran on shut down, and nothing renews
+/// the guard any more.
+struct WatchdogGone {
+    stopped: Arc<AtomicBool>,
+    key: LockKey,
+    lost: LostTrigger,
+}
+
+impl Drop for WatchdogGone {
+    fn drop(&mut self) {
+        if !self.stopped.load(Ordering::SeqCst) && !self.lost.is_fired() {
+            crate::trace::lost(BACKEND, self.key.as_str(), crate::trace::why::KEEPER_GONE);
+            self.lost.fire();
+        }
     }
 }
 
@@ -660,7 +691,8 @@ pub struct MemGuard {
     /// backend hold clones to fire it.
     _trigger: LostTrigger,
     local_deadline: Arc<Mutex<Instant>>,
-    watchdog: Option<JoinHandle<()>>,
+    /// The renewal task, and its flag saying the guard stopped it.
+    watchdog: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
     released: bool,
 }
 
@@ -676,7 +708,8 @@ impl std::fmt::Debug for MemGuard {
 
 impl MemGuard {
     fn stop_watchdog(&mut self) {
-        if let Some(w) = self.watchdog.take() {
+        if let Some((w, stopped)) = self.watchdog.take() {
+            stopped.store(true, Ordering::SeqCst);
             w.abort();
         }
     }

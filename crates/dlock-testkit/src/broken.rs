@@ -484,14 +484,23 @@ impl NaiveLock {
         let state = Arc::new(Mutex::new(
             dlock_core::driver::Drift::DEFAULT.deadline(sent, opts.ttl),
         ));
-        let monitor = tokio::spawn(monitor(
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gone = MonitorGone {
+            stopped: Arc::clone(&stopped),
+            lost: (self.flaw != Flaw::LostNeverFires).then(|| trigger.clone()),
+        };
+        let task = monitor(
             self.clone(),
             key.clone(),
             owner,
             opts,
             Arc::clone(&state),
             trigger.clone(),
-        ));
+        );
+        let monitor = tokio::spawn(async move {
+            let _gone = gone;
+            task.await;
+        });
         NaiveGuard {
             lock: self.clone(),
             key: key.clone(),
@@ -501,7 +510,25 @@ impl NaiveLock {
             trigger,
             local_deadline: state,
             monitor,
+            stopped,
             released: false,
+        }
+    }
+}
+
+/// Fires a guard's `lost()` when its monitor task is dropped before the
+/// guard stopped it (the runtime it ran on shut down).
+struct MonitorGone {
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+    lost: Option<LostTrigger>,
+}
+
+impl Drop for MonitorGone {
+    fn drop(&mut self) {
+        if let Some(lost) = &self.lost
+            && !self.stopped.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            lost.fire();
         }
     }
 }
@@ -699,6 +726,8 @@ pub struct NaiveGuard {
     trigger: LostTrigger,
     local_deadline: Arc<Mutex<Instant>>,
     monitor: JoinHandle<()>,
+    /// Set before the guard stops its monitor.
+    stopped: Arc<std::sync::atomic::AtomicBool>,
     released: bool,
 }
 
@@ -730,6 +759,7 @@ impl Guard for NaiveGuard {
         Ok(())
     }
     async fn release(mut self) -> Result<()> {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         self.monitor.abort();
         // Dropped before the reply, `Drop` releases in the background.
         let r = self
@@ -758,6 +788,7 @@ impl Guard for NaiveGuard {
 
 impl Drop for NaiveGuard {
     fn drop(&mut self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         self.monitor.abort();
         if !self.released && !self.lock.crashed.load(Ordering::SeqCst) {
             self.lock.release_in_background(self.key.clone(), self.owner);

@@ -251,3 +251,81 @@ pub async fn extend_to_a_shorter_ttl_is_kept<F: LockFactory>(ctx: Ctx<F>) -> Out
     drop(g);
     Ok(Verdict::Passed)
 }
+
+/// The task that renews a client's guards runs on some runtime; when that
+/// runtime shuts down (a runtime per worker, a test's runtime), every guard
+/// it kept is told (its `lost()` fires within its TTL) unless something
+/// else still renews it, whether it was made on that runtime or on one that
+/// lives on; a guard is never left neither renewed nor told. Later guards
+/// of the same handle, made on a live runtime, are renewed.
+pub async fn lost_fires_when_the_renewing_runtime_goes<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let t = ctx.timing();
+    let opts = ctx.opts(t.short_ttl);
+    let (k1, k2, k3) = (ctx.key("runtime-1"), ctx.key("runtime-2"), ctx.key("runtime-3"));
+    // The client's first guard, made on a runtime of its own: whatever
+    // renews the client's guards starts there.
+    let short_lived = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("a runtime: {e}")))?;
+    let (a1, key1) = (a.clone(), k1.clone());
+    let (short_lived, g1) = tokio::task::spawn_blocking(move || {
+        let g1 = short_lived.block_on(async move {
+            let g = a1.acquire(&key1, opts).await;
+            // Let whatever the grant started run once.
+            tokio::task::yield_now().await;
+            g
+        });
+        (short_lived, g1)
+    })
+    .await
+    .map_err(|e| Failure(format!("the other runtime's thread: {e}")))?;
+    let g1 = g1?;
+    // A guard made on this (live) runtime, kept with the first.
+    let g2 = a.acquire(&k2, opts).await?;
+    tokio::task::spawn_blocking(move || drop(short_lived))
+        .await
+        .map_err(|e| Failure(format!("the other runtime's thread: {e}")))?;
+    // Each guard is either told (`lost()`) or still renewed; never
+    // neither. Past twice its TTL, one that is not lost must be held.
+    let past = Instant::now() + t.short_ttl * 2;
+    for (g, k, which) in [(&g1, &k1, "made on it"), (&g2, &k2, "made on a live runtime")] {
+        let told = tokio::time::timeout_at(past.into(), g.lost().wait())
+            .await
+            .is_ok();
+        if !told {
+            ensure!(
+                g.is_held() && b.try_acquire(k, ctx.opts(t.long_ttl)).await?.is_none(),
+                "a guard {which}, after the runtime renewing it went, was neither renewed nor told \
+                 (lost() did not fire)"
+            );
+        }
+    }
+    drop((g1, g2));
+    // The names come free (their TTL at the latest) ...
+    for k in [&k1, &k2] {
+        wait_until(t.short_ttl + t.slack, &format!("{k} free again"), || async {
+            Ok(match b.try_acquire(k, ctx.opts(t.long_ttl)).await? {
+                Some(g) => {
+                    g.release().await?;
+                    true
+                }
+                None => false,
+            })
+        })
+        .await?;
+    }
+    // ... and a later guard of the same handle is renewed past its TTL.
+    let g3 = a.acquire(&k3, opts).await?;
+    let until = Instant::now() + t.short_ttl * 3;
+    while Instant::now() < until {
+        ensure!(
+            g3.is_held() && !g3.lost().is_lost(),
+            "a guard made after the renewing runtime went was not renewed"
+        );
+        tokio::time::sleep(t.short_ttl / 4).await;
+    }
+    g3.release().await?;
+    Ok(Verdict::Passed)
+}
