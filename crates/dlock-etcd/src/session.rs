@@ -1,15 +1,21 @@
-//! A session: one lease, kept alive in the background (or, for a guard
-//! without auto-extend, left to run out), and the signal that fires when it
-//! is, or may be, gone.
+//! A session: one lease, kept alive in the background, and the signal that
+//! fires when it is, or may be, gone.
+//!
+//! A *shared* session (guards with auto-extend) is kept alive for good. A
+//! guard without auto-extend has a lease of its own, granted before its key
+//! is written: kept alive while its acquire waits, then only until the
+//! guard's deadline ([`Session::hold_for`]), when it is revoked. Its key is
+//! never rewritten (Go's `RWMutex` orders contenders by modification
+//! revision: a rewrite would move ours behind theirs).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Drift, Validity, saturating_add};
+use dlock_core::driver::{Drift, Outcome, Refusal, Validity, saturating_add};
 use dlock_core::trace::{self, why};
-use dlock_core::{LockKey, LostSignal, LostTrigger, Result};
+use dlock_core::{Error, LockKey, LostSignal, LostTrigger, Result};
 use etcd_client::Client;
 use tokio::task::JoinHandle;
 
@@ -28,6 +34,60 @@ pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
     i64::try_from(secs.max(MIN_TTL.as_secs())).unwrap_or(i64::MAX)
 }
 
+/// How long a lease is kept alive, and what its keep-alives have done.
+struct Hold {
+    /// `None`: for good (a shared session; an own lease while its acquire
+    /// waits). `Some(t)`: until `t`, a grant's deadline without auto-extend.
+    until: Mutex<Option<Instant>>,
+    /// When the last keep-alive the server confirmed was sent (at first:
+    /// when the lease was granted).
+    last: Mutex<Instant>,
+    /// Told when `until` moves.
+    moved: tokio::sync::Notify,
+}
+
+impl Hold {
+    fn until(&self) -> Option<Instant> {
+        *self.until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn last(&self) -> Instant {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A keep-alive sent at `sent` was confirmed (the lease has `ttl`
+    /// again): the local deadline moves to `sent + ttl`, or to `until` if
+    /// that comes first.
+    fn renewed(&self, state: &Validity, sent: Instant, ttl: Duration) {
+        let until = self.until();
+        {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            *last = (*last).max(sent);
+        }
+        state.renewed(
+            sent,
+            until.map_or(ttl, |t| ttl.min(t.saturating_duration_since(sent))),
+        );
+    }
+
+    /// The last confirmed keep-alive keeps a lease of `ttl` past `until`:
+    /// no more are needed.
+    fn covered(&self, ttl: Duration) -> bool {
+        self.until()
+            .is_some_and(|t| saturating_add(self.last(), ttl) >= t)
+    }
+
+    /// Keep alive until `until` from now on; a keep-alive sent at `sent`
+    /// was confirmed (`ttl` as in [`renewed`](Self::renewed)). The keeper is
+    /// told once both are in (told earlier, it could wait for the old
+    /// deadline).
+    fn hold_until(&self, state: &Validity, until: Instant, sent: Instant, ttl: Duration) {
+        *self.until.lock().unwrap_or_else(PoisonError::into_inner) = Some(until);
+        self.renewed(state, sent, ttl);
+        self.moved.notify_one();
+    }
+}
+
 /// One lease and its keeper.
 pub(crate) struct Session {
     pub(crate) lease: i64,
@@ -35,8 +95,11 @@ pub(crate) struct Session {
     /// The lease TTL asked for, in etcd's whole seconds (the server may
     /// grant another).
     pub(crate) asked_seconds: i64,
-    pub(crate) kept_alive: bool,
+    /// Kept alive for good and shared by the handle's guards with
+    /// auto-extend; otherwise one guard's own ([`hold_for`](Self::hold_for)).
+    pub(crate) shared: bool,
     state: Arc<Validity>,
+    hold: Arc<Hold>,
     signal: LostSignal,
     task: JoinHandle<()>,
     client: Client,
@@ -87,14 +150,37 @@ impl Drop for Following {
 /// with the session's reason (and every later follower's at once).
 async fn tell_followers(signal: LostSignal, state: Arc<Validity>, followers: Arc<Followers>) {
     signal.wait().await;
+    tell_all(&followers, state.why().unwrap_or(why::SESSION_ENDED));
+}
+
+/// Fires every follower's trigger with `why`, and every later follower's
+/// at once.
+fn tell_all(followers: &Followers, why: &'static str) {
     let list = followers
         .list
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .take();
-    let why = state.why().unwrap_or(why::SESSION_ENDED);
     for (trigger, key) in list.into_iter().flat_map(HashMap::into_values) {
         dlock_core::driver::lose(&trigger, BACKEND, &key, why);
+    }
+}
+
+/// Runs its closure if dropped before [`finished`](Self::finished): a
+/// session's task dropped unfinished, with the runtime it ran on.
+struct Unfinished<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Unfinished<F> {
+    fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for Unfinished<F> {
+    fn drop(&mut self) {
+        if let Some(then) = self.0.take() {
+            then();
+        }
     }
 }
 
@@ -103,55 +189,71 @@ impl std::fmt::Debug for Session {
         f.debug_struct("Session")
             .field("lease", &self.lease)
             .field("ttl", &self.ttl)
-            .field("kept_alive", &self.kept_alive)
+            .field("shared", &self.shared)
             .finish_non_exhaustive()
     }
 }
 
 impl Session {
     /// Grants a lease of `ttl` (rounded up to whole seconds, at least 2) and
-    /// starts its keeper: keep-alives at a third of the TTL when
-    /// `kept_alive`, otherwise a timer that fires the signal when it runs out.
+    /// starts its keeper: keep-alives at a third of the TTL, for good (a
+    /// `shared` session) or until [`hold_for`](Self::hold_for) says.
     pub(crate) async fn open(
         client: &Client,
         ttl: Duration,
-        kept_alive: bool,
+        shared: bool,
         timeout: Duration,
         abandoned: Arc<AtomicBool>,
     ) -> Result<Arc<Self>> {
         let (sent, asked) = (Instant::now(), ttl);
         let (lease, ttl) = protocol::grant_lease(client, lease_seconds(ttl), timeout).await?;
         let (state, signal) = Validity::new(sent, ttl, Drift::DEFAULT);
-        let task = if kept_alive {
-            tokio::spawn(keep_alive(
-                client.clone(),
-                lease,
-                ttl,
-                Arc::clone(&state),
-                Arc::clone(&abandoned),
-            ))
-        } else {
+        let hold = Arc::new(Hold {
+            until: Mutex::new(None),
+            last: Mutex::new(sent),
+            moved: tokio::sync::Notify::new(),
+        });
+        // Both tasks run on the runtime that opened the session. If it
+        // shuts down while the session is in use, nothing keeps the lease
+        // alive or watches it any more: the session ends (a later acquire
+        // opens a new one) and every guard on it is told at once.
+        let keeping = keep_alive(
+            client.clone(),
+            lease,
+            ttl,
+            timeout,
+            Arc::clone(&state),
+            Arc::clone(&hold),
+            Arc::clone(&abandoned),
+        );
+        let gone = Unfinished(Some({
             let state = Arc::clone(&state);
-            tokio::spawn(async move {
-                tokio::time::sleep_until(state.deadline().into()).await;
-                state.lose(why::DEADLINE);
-            })
-        };
+            move || state.lose(why::KEEPER_GONE)
+        }));
+        let task = tokio::spawn(async move {
+            keeping.await;
+            gone.finished();
+        });
         let followers = Arc::new(Followers {
             list: Mutex::new(Some(HashMap::new())),
             next: AtomicU64::new(0),
         });
-        drop(tokio::spawn(tell_followers(
-            signal.clone(),
-            Arc::clone(&state),
-            Arc::clone(&followers),
-        )));
+        let telling = tell_followers(signal.clone(), Arc::clone(&state), Arc::clone(&followers));
+        let gone = Unfinished(Some({
+            let followers = Arc::clone(&followers);
+            move || tell_all(&followers, why::KEEPER_GONE)
+        }));
+        drop(tokio::spawn(async move {
+            telling.await;
+            gone.finished();
+        }));
         Ok(Arc::new(Session {
             lease,
             ttl,
             asked_seconds: lease_seconds(asked),
-            kept_alive,
+            shared,
             state,
+            hold,
             signal,
             task,
             client: client.clone(),
@@ -160,6 +262,51 @@ impl Session {
             attempts: AtomicU64::new(0),
             followers,
         }))
+    }
+
+    /// Holds this (own) lease for `ttl` from now and no longer: one
+    /// keep-alive now (the lease has its whole TTL again), then as many as
+    /// reach `ttl` from now, then none; at that deadline the guard is lost
+    /// and the lease revoked (its key goes). A `ttl` shorter than the
+    /// lease's is kept by that revoke; a longer one by keep-alives. No key
+    /// is written: its revisions stay as they were.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when the keep-alive is not answered in time
+    /// (the deadline stays as it was); `Ok(Err(Expired))` when the lease is
+    /// gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it after sending may leave the lease refreshed at the
+    /// server and the deadline where it was (the safe side).
+    pub(crate) async fn hold_for(&self, ttl: Duration) -> Result<Outcome> {
+        let sent = Instant::now();
+        match tokio::time::timeout(self.timeout, KeepAlive::open(&self.client, self.lease)).await {
+            Ok(Renewal::Alive(_)) => {
+                self.hold
+                    .hold_until(&self.state, saturating_add(sent, ttl), sent, self.ttl);
+                Ok(Ok(()))
+            }
+            Ok(Renewal::Gone) => {
+                self.state.lose(why::SESSION_ENDED);
+                Ok(Err(Refusal::Expired))
+            }
+            Ok(Renewal::Failed) | Err(_) => Err(Error::unavailable(
+                BACKEND,
+                format!("no answer to a keep-alive of lease {:x}", self.lease),
+            )),
+        }
+    }
+
+    /// As [`hold_for`](Self::hold_for), counted from the last confirmed
+    /// keep-alive (or the grant of the lease) instead of a new one: for a
+    /// grant that did not wait, whose lease was just granted.
+    pub(crate) fn hold_from_last(&self, ttl: Duration) {
+        let last = self.hold.last();
+        self.hold
+            .hold_until(&self.state, saturating_add(last, ttl), last, self.ttl);
     }
 
     /// A number unique among this session's acquires.
@@ -219,29 +366,85 @@ impl Drop for Session {
     }
 }
 
-/// Keeps `lease` alive: a keep-alive every `ttl / 3`; the local deadline
-/// moves with each confirmed one. Fires the signal when the lease is gone
-/// (TTL 0 in a reply: expired or revoked) or when no keep-alive was
-/// confirmed before the deadline.
+/// Keeps `lease` alive: a keep-alive every `ttl / 3` (the first one opens
+/// a stream), for good or until the hold's `until`; the local deadline moves
+/// with each confirmed one. Fires the signal when the lease is gone (TTL 0
+/// in a reply: expired or revoked), when no keep-alive was confirmed before
+/// the deadline, or at the deadline the hold asked for: then it revokes the
+/// lease too, so that etcd frees the key when the guard's TTL says, not at
+/// the end of a longer lease.
 async fn keep_alive(
     client: Client,
     lease: i64,
     ttl: Duration,
+    timeout: Duration,
     state: Arc<Validity>,
+    hold: Arc<Hold>,
     abandoned: Arc<AtomicBool>,
 ) {
     let period = ttl / 3;
-    let mut next = saturating_add(Instant::now(), period);
+    let mut stream: Option<KeepAlive> = None;
     // Reported once per run of failures (retries come every 100 ms).
     let mut failing = false;
-    'stream: loop {
+    loop {
         if abandoned.load(Ordering::SeqCst) {
             return;
         }
+        if hold.covered(ttl) {
+            // No more keep-alives: the deadline ends the hold, unless an
+            // extend moves it first.
+            stream = None;
+            let moved = hold.moved.notified();
+            tokio::select! {
+                () = tokio::time::sleep_until(state.deadline().into()) => {
+                    if hold.covered(ttl) && Instant::now() >= state.deadline() {
+                        state.lose(why::DEADLINE);
+                        if !abandoned.load(Ordering::SeqCst) {
+                            let _ = protocol::revoke_lease(&client, lease, timeout).await;
+                        }
+                        return;
+                    }
+                }
+                () = moved => {}
+            }
+            continue;
+        }
+        let due = saturating_add(hold.last(), period).min(state.deadline());
+        // Until the next keep-alive is due, or the hold moves (an extend:
+        // it may need none now, or a deadline come sooner).
+        let moved = hold.moved.notified();
+        tokio::select! {
+            () = tokio::time::sleep_until(due.into()) => {}
+            () = moved => continue,
+        }
+        if abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        let sent = Instant::now();
+        if sent >= state.deadline() {
+            state.lose(why::DEADLINE);
+            return;
+        }
         let deadline = state.deadline();
-        let mut stream = match tokio::time::timeout_at(deadline.into(), KeepAlive::open(&client, lease)).await
-        {
-            Ok(Renewal::Alive(stream)) => stream,
+        let answer = match stream.as_mut() {
+            Some(open) => tokio::time::timeout_at(deadline.into(), open.renew()).await,
+            // Opening a stream sends a keep-alive; its answer gives the
+            // lease its whole TTL again.
+            None => match tokio::time::timeout_at(deadline.into(), KeepAlive::open(&client, lease)).await {
+                Ok(Renewal::Alive(opened)) => {
+                    stream = Some(opened);
+                    Ok(Renewal::Alive(ttl))
+                }
+                Ok(Renewal::Gone) => Ok(Renewal::Gone),
+                Ok(Renewal::Failed) => Ok(Renewal::Failed),
+                Err(elapsed) => Err(elapsed),
+            },
+        };
+        match answer {
+            Ok(Renewal::Alive(granted)) => {
+                failing = false;
+                hold.renewed(&state, sent, granted);
+            }
             Ok(Renewal::Gone) => {
                 state.lose(why::SESSION_ENDED);
                 return;
@@ -251,49 +454,19 @@ async fn keep_alive(
                 return;
             }
             Ok(Renewal::Failed) => {
-                report_once(&mut failing, lease, "a keep-alive stream could not be opened");
-                // Not in a tight loop.
-                let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(deadline);
+                let what = if stream.is_some() {
+                    "a keep-alive got no answer"
+                } else {
+                    "a keep-alive stream could not be opened"
+                };
+                report_once(&mut failing, lease, what);
+                // A new stream shortly (not in a tight loop).
+                stream = None;
+                let retry = saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());
                 tokio::time::sleep_until(retry.into()).await;
                 if Instant::now() >= state.deadline() {
                     state.lose(why::DEADLINE);
                     return;
-                }
-                continue 'stream;
-            }
-        };
-        loop {
-            tokio::time::sleep_until(next.min(state.deadline()).into()).await;
-            if abandoned.load(Ordering::SeqCst) {
-                return;
-            }
-            let sent = Instant::now();
-            if sent >= state.deadline() {
-                state.lose(why::DEADLINE);
-                return;
-            }
-            match tokio::time::timeout_at(state.deadline().into(), stream.renew()).await {
-                Ok(Renewal::Alive(ttl)) => {
-                    failing = false;
-                    state.renewed(sent, ttl);
-                    next = saturating_add(sent, period);
-                }
-                Ok(Renewal::Gone) => {
-                    state.lose(why::SESSION_ENDED);
-                    return;
-                }
-                Err(_) => {
-                    state.lose(why::DEADLINE);
-                    return;
-                }
-                Ok(Renewal::Failed) => {
-                    report_once(&mut failing, lease, "a keep-alive got no answer");
-                    // The stream ended: a new one shortly (not in a tight loop).
-                    let retry =
-                        saturating_add(Instant::now(), Duration::from_millis(100)).min(state.deadline());
-                    tokio::time::sleep_until(retry.into()).await;
-                    next = Instant::now();
-                    continue 'stream;
                 }
             }
         }

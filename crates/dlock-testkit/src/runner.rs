@@ -49,6 +49,7 @@ macro_rules! __with_scenarios {
             expiry_frees_vanished_holder,
             lost_fires_on_expiry,
             auto_extend_keeps_lock,
+            lost_fires_when_the_renewing_runtime_goes,
             release_wakes_waiter,
             drop_releases,
             cancelled_acquire_leaves_nothing,
