@@ -1,13 +1,13 @@
 //! [`EtcdGuard`]: a held lock key, its session, and the fenced write.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{Error, FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 
 use crate::error::BACKEND;
 use crate::protocol::{self, Conn};
-use crate::session::{Following, MIN_TTL, Session};
+use crate::session::{Following, Session};
 use dlock_core::driver::{Outcome, Refusal};
 use dlock_core::trace::{self, why};
 
@@ -22,18 +22,12 @@ pub struct EtcdGuard {
     key: LockKey,
     my_key: String,
     my_rev: i64,
-    session: Mutex<Arc<Session>>,
-    /// Fresh leases an extend tried to move the key onto without learning
-    /// whether it did (a lost reply, a dropped future): the key is on one of
-    /// them or on `session`, so all must live for the guard to hold, and
-    /// none is revoked while the guard lives.
-    pending: Mutex<Vec<(Arc<Session>, Following)>>,
-    /// One extend at a time: two moves racing could leave the key on a
-    /// lease the other one then forgets (and revokes).
-    extending: tokio::sync::Mutex<()>,
+    /// The lease the key is on, shared (auto-extend) or the guard's own.
+    /// The key stays on it: it is never rewritten.
+    session: Arc<Session>,
     lost: LostSignal,
     trigger: LostTrigger,
-    watcher: Mutex<Following>,
+    watcher: Following,
     released: bool,
 }
 
@@ -57,12 +51,10 @@ impl EtcdGuard {
             key,
             my_key,
             my_rev,
-            session: Mutex::new(session),
-            pending: Mutex::new(Vec::new()),
-            extending: tokio::sync::Mutex::new(()),
+            session,
             lost,
             trigger,
-            watcher: Mutex::new(watcher),
+            watcher,
             released: false,
         }
     }
@@ -72,35 +64,9 @@ impl EtcdGuard {
         &self.my_key
     }
 
-    /// The lease the key is attached to.
+    /// The lease the key is attached to (for its whole life).
     pub fn lease(&self) -> i64 {
-        self.session().lease
-    }
-
-    fn session(&self) -> Arc<Session> {
-        Arc::clone(&self.session.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// `true` while every lease of an extend whose outcome is unknown lives.
-    fn pending_alive(&self) -> bool {
-        self.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .all(|(s, _)| s.is_alive())
-    }
-
-    /// Forgets pending leases that `keep` refuses (the key is known not to
-    /// be on them); each is revoked when its last user drops it.
-    fn forget_pending(&self, keep: impl Fn(&Session) -> bool) {
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        pending.retain(|(s, follower)| {
-            let kept = keep(s);
-            if !kept {
-                follower.stop();
-            }
-            kept
-        });
+        self.session.lease
     }
 
     /// Writes `value` at `key` in etcd **only if this guard still holds the
@@ -167,81 +133,52 @@ impl Guard for EtcdGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.conn.is_abandoned() && self.session().is_alive() && self.pending_alive()
+        !self.lost.is_lost() && !self.conn.is_abandoned() && self.session.is_alive()
     }
 
     /// See [`Guard::extend`]. On a shared session the lease is kept alive
     /// anyway: this checks that the session and the key are still there. A
-    /// guard with a lease of its own has its key moved to a fresh lease of
-    /// `ttl` (rounded up to whole seconds, at least 2).
+    /// guard with a lease of its own (no auto-extend) has that lease held
+    /// for `ttl` from now: a keep-alive now (the lease has its whole TTL
+    /// again), then as many more as reach `ttl` (a `ttl` longer than the
+    /// lease's), or, for a shorter one, a revoke at the new deadline (see
+    /// [`EtcdLock`](crate::EtcdLock)); then a check that the key is still
+    /// ours. The key itself is not written: it keeps its revisions, and its
+    /// place among Go's `RWMutex` contenders.
     ///
     /// # Errors
     ///
     /// [`Error::Lost`] when the lease or key is gone (fires `lost()`);
-    /// [`Error::NotHeld`] if another key sits there; [`Error::Unavailable`]
-    /// when etcd fails.
+    /// [`Error::Unavailable`] when etcd fails.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave a fresh lease unused (revoked when
-    /// dropped) and the key on its old lease.
+    /// Dropping the future may leave the lease refreshed at the server and
+    /// the guard's deadline where it was; the lock stays held either way.
     async fn extend(&self, ttl: Duration) -> Result<()> {
         dlock_core::driver::check_ttl(BACKEND, ttl)?;
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this EtcdLock was abandoned"));
         }
-        let _one_at_a_time = self.extending.lock().await;
-        let (client, timeout) = (&self.conn.client, self.conn.timeout);
-        let session = self.session();
+        let (client, timeout, session) = (&self.conn.client, self.conn.timeout, &self.session);
+        let gone = || session.validity().why().unwrap_or(why::SESSION_ENDED);
         if !session.is_alive() {
-            lose(
-                &self.trigger,
-                &self.key,
-                session.validity().why().unwrap_or(why::SESSION_ENDED),
-            );
+            lose(&self.trigger, &self.key, gone());
             return Err(Error::Lost {
                 key: self.key.as_str().to_owned(),
             });
         }
-        let found = if session.kept_alive {
-            if protocol::still_ours(client, &self.my_key, self.my_rev, timeout).await? {
-                Ok(())
-            } else {
-                Err(Refusal::Expired)
-            }
+        let held = if session.shared {
+            Ok(())
         } else {
-            let fresh = Session::open(
-                client,
-                ttl.max(MIN_TTL),
-                false,
-                timeout,
-                Arc::clone(&self.conn.abandoned),
-            )
-            .await?;
-            // Until the answer is in, the key may be on either lease: the
-            // fresh one is kept (not revoked) and watched too, also if this
-            // future is dropped.
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((Arc::clone(&fresh), fresh.follow(&self.trigger, &self.key)));
-            let found =
-                protocol::move_to_lease(client, &self.my_key, self.my_rev, fresh.lease, timeout).await?;
-            if found.is_ok() {
-                // The key is on the fresh lease, on no other.
-                self.forget_pending(|_| false);
-                let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-                let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
-                watcher.stop();
-                *watcher = fresh.follow(&self.trigger, &self.key);
-                // The old lease is revoked when its session drops: our key is
-                // no longer on it.
-                *session = fresh;
-            } else {
-                // Not moved: the key is not on the fresh lease.
-                self.forget_pending(|s| s.lease != fresh.lease);
-            }
-            found
+            session.hold_for(ttl).await?
+        };
+        let found = match held {
+            Err(refusal) => Err(refusal),
+            // The deadline passed (and the lease was revoked) meanwhile.
+            Ok(()) if !session.is_alive() => Err(Refusal::Expired),
+            Ok(()) if protocol::still_ours(client, &self.my_key, self.my_rev, timeout).await? => Ok(()),
+            Ok(()) => Err(Refusal::Expired),
         };
         if let Err(refusal) = found {
             lose(&self.trigger, &self.key, refusal.why());
@@ -280,15 +217,13 @@ impl Guard for EtcdGuard {
 
 impl Drop for EtcdGuard {
     fn drop(&mut self) {
-        self.watcher.lock().unwrap_or_else(PoisonError::into_inner).stop();
-        self.forget_pending(|_| false);
+        self.watcher.stop();
         if !self.released {
-            let session = self.session();
             resign_in_background(
                 &self.conn,
                 std::mem::take(&mut self.my_key),
                 Some(self.my_rev),
-                &session,
+                &self.session,
             );
         }
     }

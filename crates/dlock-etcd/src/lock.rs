@@ -47,11 +47,23 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// an earlier, failed release left behind (such keys are deleted in the
 /// background; the lease is the backstop).
 ///
-/// A guard without `auto_extend` gets a lease of its own with exactly its TTL
-/// (rounded up to whole seconds) that nobody keeps alive; `extend(ttl)`
-/// moves its key to a fresh lease of the new TTL. It waits in line on the
-/// shared, kept-alive lease and moves onto its own lease when granted, so
-/// its TTL counts from the grant however long it waited.
+/// An acquire without `auto_extend` gets a lease of its own with its TTL
+/// (rounded up to whole seconds, at least 2), granted before its key is
+/// written, and writes its key on it. The lease is kept alive while the
+/// acquire waits (a wait may outlast the TTL), refreshed once at the grant
+/// if it waited (so the TTL counts from the grant), and then kept alive no
+/// further than the TTL: at the guard's deadline `lost()` fires and the
+/// lease is revoked, so etcd frees the key then (should this process die
+/// first, the lease runs out by itself, at most a third of its TTL after
+/// the deadline). `extend(ttl)` moves that deadline to `ttl` from now: a
+/// keep-alive now, then as many as reach it (a `ttl` longer than the
+/// lease's), or the revoke at it (a shorter one).
+///
+/// The key is written once, when the acquire enters the line, and never
+/// again until it is deleted. Go's `recipes.RWMutex` orders contenders by
+/// the keys' *modification* revisions: a key rewritten after a Go
+/// contender entered (as moving it to another lease would) would put ours
+/// behind it, and let a Go writer in beside our reader.
 #[derive(Clone)]
 pub struct EtcdLock {
     pub(crate) inner: Arc<Inner>,
@@ -451,13 +463,18 @@ impl EtcdLock {
         let client = &self.inner.conn.client;
         let pfx = self.lock_prefix(key);
         let ttl = opts.ttl.max(MIN_TTL);
-        // Waiting happens on a kept-alive lease whatever the options: a wait
-        // may outlast the TTL (without auto-extend, the grant moves onto a
-        // lease of its own below, so its TTL counts from the grant).
+        // Without auto-extend, a lease of our own, granted before the key
+        // is written on it and kept alive while we wait (a wait may outlast
+        // the TTL); after the grant, held for the TTL only (below).
         let waits_on = how.waits_on(&pfx);
         let mut retried = false;
         let (session, my_key, mut cleanup, my_rev, first) = loop {
-            let session = self.session(ttl).await?;
+            let session = if opts.auto_extend {
+                self.session(ttl).await?
+            } else {
+                let abandoned = Arc::clone(&self.inner.conn.abandoned);
+                Session::open(client, ttl, false, timeout, abandoned).await?
+            };
             let lease = session.lease;
             let my_key = how.key(&pfx, lease, session.next_attempt());
             // An acquire that ends without a grant (an error, a timeout, a
@@ -501,27 +518,24 @@ impl EtcdLock {
                 });
             }
         }
-        let session = if opts.auto_extend {
-            Arc::clone(&session)
-        } else {
-            let own = Session::open(
-                client,
-                ttl,
-                false,
-                timeout,
-                Arc::clone(&self.inner.conn.abandoned),
-            )
-            .await?;
-            // On an error here the clean-up (armed) deletes the key by revision.
-            match protocol::move_to_lease(client, &my_key, my_rev, own.lease, timeout).await? {
-                Ok(()) => own,
-                Err(_) => {
-                    return Err(Error::Lost {
-                        key: key.as_str().to_owned(),
-                    });
-                }
+        if !opts.auto_extend {
+            // Our TTL from the grant: one keep-alive now if we waited (the
+            // lease was granted before the wait), else from the lease's
+            // grant, just before the key's. No write: our key keeps its
+            // place (see the type's docs).
+            let held = if first {
+                session.hold_from_last(ttl);
+                Ok(())
+            } else {
+                // On an error here the clean-up (armed) deletes the key.
+                session.hold_for(ttl).await?
+            };
+            if held.is_err() || !session.is_alive() {
+                return Err(Error::Lost {
+                    key: key.as_str().to_owned(),
+                });
             }
-        };
+        }
         cleanup.disarm();
         Ok(EtcdGuard::new(
             Arc::clone(&self.inner.conn),

@@ -13,7 +13,7 @@
 //! waiter whose lease expired must not report a grant).
 //!
 //! This is the layout of Go's `concurrency.Mutex` and of `etcdctl lock`, so
-//! with an empty prefix they and dlock exclude each other. Like them, lock
+//! they and dlock exclude each other (Go's prefix is our `{prefix}NAME`). Like them, lock
 //! names where one is a path prefix of the other (`a` and `a/b`) contend.
 //!
 //! Read-write lock `NAME`: the layout of Go's `experimental/recipes`
@@ -23,7 +23,10 @@
 //! created before its own, a reader until no key under
 //! `{prefix}NAME/write` was, each watching the latest such key only. (Keys
 //! of a mutex of the same name would count as a writer's predecessors: use
-//! a name for one kind of lock.)
+//! a name for one kind of lock.) Go orders these contenders by the keys'
+//! *modification* revisions, we by their creation: the two agree because a
+//! contender key is written once, by [`enter`], and never again (no lease
+//! moves, no value updates) until it is deleted.
 //!
 //! Semaphore `NAME` (etcd has no recipe; this layout is dlock's): a key
 //! `{prefix}NAME/sem/{count}/{limit}/…` per grant, on its lease; it holds when the
@@ -640,28 +643,6 @@ pub(crate) async fn resign_by_lease(
     self::txn(client, &txn, Resend::Idempotent, timeout)
         .await
         .map(drop)
-}
-
-/// Moves `my_key` to `lease` (keeping its value and create revision) if it
-/// still has our create revision. Returns what was found otherwise.
-pub(crate) async fn move_to_lease(
-    client: &Client,
-    my_key: &str,
-    my_rev: i64,
-    lease: i64,
-    timeout: Duration,
-) -> Result<Outcome> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(my_key, CompareOp::Equal, my_rev)])
-        .and_then([TxnOp::put(
-            my_key,
-            "",
-            Some(PutOptions::new().with_lease(lease).with_ignore_value()),
-        )])
-        .or_else([TxnOp::get(my_key, None)]);
-    // A second try finds the key still ours and moves it again, to the
-    // same lease: the same answer.
-    guarded(client, &txn, Resend::Idempotent, timeout).await
 }
 
 /// What a key under a lock name's prefix is, by its name there (`rest`).

@@ -15,6 +15,9 @@
 //! - [`safety`]: the fenced register workload with the holder-pause nemesis.
 //! - [`launcher`]: real `redis-server`, etcd, ZooKeeper and PostgreSQL processes on free
 //!   loopback ports, plus a TCP fault proxy.
+//! - [`reference`](mod@reference): the reference clients themselves (Apache Curator, etcd's
+//!   Go recipes) as processes the interop tests drive, and a record of who
+//!   held what, theirs and ours, with its checker.
 //! - [`trace`]: a `tracing` subscriber that keeps dlock's events for a
 //!   test (`reports_through_tracing` checks every driver's with it).
 //!
@@ -193,6 +196,7 @@ pub mod history;
 pub mod launcher;
 pub mod link;
 mod outcome;
+pub mod reference;
 mod runner;
 pub mod safety;
 pub mod scenarios;

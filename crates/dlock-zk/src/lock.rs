@@ -218,7 +218,8 @@ impl ZkLock {
             .collect())
     }
 
-    /// The lock nodes (holders and waiters, full paths) of every lock whose
+    /// The lock nodes (holders and waiters, full paths: a mutex's,
+    /// a read-write lock's, a semaphore's `locks` nodes and leases) of every lock whose
     /// name starts with `namespace` and ends at a `/` boundary: everything
     /// under `{root}/{namespace}` when `namespace` ends with `/`.
     ///
@@ -515,8 +516,9 @@ impl ZkLock {
         });
         let mut mine = Vec::new();
         let mut czxids = Vec::new();
-        // Each lease names the mutex node it was made under, so the
-        // operator views can tell a waiter's leases from held ones.
+        // Each lease names the mutex node it was made under, for operators
+        // (the views tell a waiter's leases by session and czxid:
+        // `protocol::waiting_lease`, which Curator's waiters meet too).
         let mutex_node = mutex.node().rsplit('/').next().unwrap_or_default().to_owned();
         let mut data = self.data();
         data.extend_from_slice(format!(" {}{mutex_node}", protocol::LEASE_UNDER).as_bytes());

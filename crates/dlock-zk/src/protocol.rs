@@ -47,8 +47,10 @@ pub(crate) const LEASE_NAME: &str = "-lease-";
 /// lease waits, and the leases.
 pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
 pub(crate) const SEMAPHORE_LEASES: &str = "leases";
-/// What a lease's data says after `host pid unix-ms`: the mutex node it
-/// was made under (` under=_c_...-lock-0000000012`).
+/// What our lease's data says after `host pid unix-ms`, for operators: the
+/// mutex node it was made under (` under=_c_...-lock-0000000012`). The
+/// views do not rely on it ([`waiting_lease`]): Curator's leases carry
+/// no such tag.
 pub(crate) const LEASE_UNDER: &str = "under=";
 
 /// Which of Curator's recipes a node belongs to.
@@ -112,6 +114,7 @@ pub(crate) fn sequence(name: &str) -> Option<i64> {
     Recipe::Mutex
         .sequence(name)
         .or_else(|| Recipe::Read.sequence(name))
+        .or_else(|| Recipe::Lease.sequence(name))
 }
 
 /// The mutex's lock nodes among `children`, in sequence order.
@@ -383,9 +386,8 @@ async fn read_node(client: &Client, path: &str, timeout: Duration) -> Result<Opt
 /// Every node under the name's directory `dir` that holds now, with what
 /// it holds: the mutex's first node; the read-write lock's first node if
 /// it is a writer's, else its readers before the first writer; the
-/// semaphore's leases (one permit each, as Curator's), except those made
-/// under the node now first in `{dir}/locks` (its waiter's: waiting, or a
-/// moment from holding). Each as (role, full path, data, stat).
+/// semaphore's leases (one permit each, as Curator's), except the waiter's
+/// ([`waiting_lease`]). Each as (role, full path, data, stat).
 pub(crate) async fn holding(
     client: &Client,
     dir: &str,
@@ -408,13 +410,15 @@ pub(crate) async fn holding(
         }
         candidates.push((Role::Read, format!("{dir}/{name}")));
     }
-    // The waiter holding `{dir}/locks` made its leases under its node
-    // there (their data says so): waiting, or a moment from holding.
+    // The waiter holding `{dir}/locks`: its node's session and czxid.
     let locks = format!("{dir}/{SEMAPHORE_LOCKS}");
-    let waiting = contenders(children_of(client, &locks, timeout).await?)
-        .into_iter()
-        .next()
-        .map(|first| format!(" {LEASE_UNDER}{first}"));
+    let mut waiter = None;
+    for first in contenders(children_of(client, &locks, timeout).await?) {
+        if let Some((_, stat)) = read_node(client, &format!("{locks}/{first}"), timeout).await? {
+            waiter = Some(stat);
+            break;
+        }
+    }
     let leases = format!("{dir}/{SEMAPHORE_LEASES}");
     for name in contenders_of(Recipe::Lease, children_of(client, &leases, timeout).await?) {
         candidates.push((Role::Permits(1), format!("{leases}/{name}")));
@@ -424,13 +428,26 @@ pub(crate) async fn holding(
         let Some((data, stat)) = read_node(client, &path, timeout).await? else {
             continue;
         };
-        let waits =
-            role == Role::Permits(1) && waiting.as_ref().is_some_and(|tag| data.ends_with(tag.as_bytes()));
+        let waits = role == Role::Permits(1) && waiter.as_ref().is_some_and(|w| waiting_lease(w, &stat));
         if !waits {
             found.push((role, path, data, stat));
         }
     }
     Ok(found)
+}
+
+/// Whether a lease (`lease`, its stat) is the waiter's whose node is first
+/// in the semaphore's `locks` mutex (`mutex`, its stat): made by the same
+/// session after that node. A waiter, Curator's or ours, creates its leases
+/// while it holds that mutex, and only then; a lease its session made
+/// before (an earlier grant it still holds) is older than the node. The
+/// lease may also be a moment from holding (it fits and its mutex is about
+/// to go): it is left out until it does.
+///
+/// (Recognising a waiter's lease by a tag in its data, as dlock once did,
+/// missed Curator's waiters: Curator writes the client's address there.)
+pub(crate) fn waiting_lease(mutex: &Stat, lease: &Stat) -> bool {
+    lease.ephemeral_owner != 0 && lease.ephemeral_owner == mutex.ephemeral_owner && lease.czxid > mutex.czxid
 }
 
 /// Deletes our node; [`Refusal::Expired`] if it was already gone (our
@@ -600,6 +617,32 @@ mod tests {
         ));
     }
 
+    /// A waiter's lease: its session's, made after its node in `locks`.
+    #[test]
+    fn a_waiters_lease_is_its_sessions_after_its_mutex_node() {
+        let stat = |owner: i64, czxid: i64| Stat {
+            czxid,
+            mzxid: czxid,
+            pzxid: czxid,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: owner,
+            data_length: 0,
+            num_children: 0,
+        };
+        let mutex = stat(7, 100);
+        assert!(waiting_lease(&mutex, &stat(7, 101)));
+        // Held: made before the node (an earlier grant of the same session).
+        assert!(!waiting_lease(&mutex, &stat(7, 99)));
+        // Another session's.
+        assert!(!waiting_lease(&mutex, &stat(8, 101)));
+        // Not ephemeral.
+        assert!(!waiting_lease(&stat(0, 100), &stat(0, 101)));
+    }
+
     #[test]
     fn sorts_curator_names_by_sequence() {
         let names = vec![
@@ -619,6 +662,7 @@ mod tests {
         assert_eq!(sequence("_c_x-lock-0000000042"), Some(42));
         assert_eq!(sequence("_c_x-__READ__0000000043"), Some(43));
         assert_eq!(sequence("_c_x-__WRIT__0000000044"), Some(44));
+        assert_eq!(sequence("_c_x-lease-0000000045"), Some(45));
         assert_eq!(sequence("lock-x"), None);
     }
 }

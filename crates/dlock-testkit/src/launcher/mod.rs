@@ -108,7 +108,7 @@ fn loopback(port: u16) -> SocketAddr {
 
 /// The Debian packages the launcher, the drivers' builds and the interop
 /// tests' reference clients need.
-pub const PACKAGES: [&str; 11] = [
+pub const PACKAGES: [&str; 12] = [
     "redis-server",
     "redis-tools",
     "etcd-server",
@@ -120,6 +120,7 @@ pub const PACKAGES: [&str; 11] = [
     "golang-go",
     "golang-etcd-server-dev",
     "libcurator-recipes-java",
+    "openjdk-17-jdk-headless",
 ];
 
 /// Which of [`PACKAGES`] look missing on this machine (by the files they
@@ -143,6 +144,8 @@ pub fn missing_packages() -> Vec<&'static str> {
             "/usr/share/gocode/src/go.etcd.io/etcd/contrib/recipes",
         ),
         ("libcurator-recipes-java", "/usr/share/java/curator-recipes.jar"),
+        // javac compiles the Curator program (zookeeper brings a JRE only).
+        ("openjdk-17-jdk-headless", "/usr/bin/javac"),
         // Builds the Redis clock shim (and links Rust itself).
         ("gcc", "/usr/bin/cc"),
     ] {
