@@ -53,9 +53,12 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// acquire waits (a wait may outlast the TTL), refreshed once at the grant
 /// if it waited (so the TTL counts from the grant), and then kept alive no
 /// further than the TTL: at the guard's deadline `lost()` fires and the
-/// lease is revoked, so etcd frees the key then (should this process die
-/// first, the lease runs out by itself, at most a third of its TTL after
-/// the deadline). `extend(ttl)` moves that deadline to `ttl` from now: a
+/// lease is revoked, so etcd frees the key then. Should this process die
+/// first (or that revoke fail), the lease runs out by itself: up to a lease
+/// TTL after its last keep-alive, which can be later than the guard's
+/// deadline (by up to a third of the TTL; after an `extend` to a shorter
+/// TTL, by up to the difference; across an etcd leader change, which gives
+/// every lease its whole TTL again, by up to the TTL). `extend(ttl)` moves that deadline to `ttl` from now: a
 /// keep-alive now, then as many as reach it (a `ttl` longer than the
 /// lease's), or the revoke at it (a shorter one).
 ///

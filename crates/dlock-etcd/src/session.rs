@@ -217,6 +217,10 @@ impl Session {
         // shuts down while the session is in use, nothing keeps the lease
         // alive or watches it any more: the session ends (a later acquire
         // opens a new one) and every guard on it is told at once.
+        let followers = Arc::new(Followers {
+            list: Mutex::new(Some(HashMap::new())),
+            next: AtomicU64::new(0),
+        });
         let keeping = keep_alive(
             client.clone(),
             lease,
@@ -225,6 +229,7 @@ impl Session {
             Arc::clone(&state),
             Arc::clone(&hold),
             Arc::clone(&abandoned),
+            Arc::clone(&followers),
         );
         let gone = Unfinished(Some({
             let state = Arc::clone(&state);
@@ -233,10 +238,6 @@ impl Session {
         let task = tokio::spawn(async move {
             keeping.await;
             gone.finished();
-        });
-        let followers = Arc::new(Followers {
-            list: Mutex::new(Some(HashMap::new())),
-            next: AtomicU64::new(0),
         });
         let telling = tell_followers(signal.clone(), Arc::clone(&state), Arc::clone(&followers));
         let gone = Unfinished(Some({
@@ -373,6 +374,7 @@ impl Drop for Session {
 /// the deadline, or at the deadline the hold asked for: then it revokes the
 /// lease too, so that etcd frees the key when the guard's TTL says, not at
 /// the end of a longer lease.
+#[allow(clippy::too_many_arguments)] // what the keeper task owns, each for its own reason
 async fn keep_alive(
     client: Client,
     lease: i64,
@@ -381,6 +383,7 @@ async fn keep_alive(
     state: Arc<Validity>,
     hold: Arc<Hold>,
     abandoned: Arc<AtomicBool>,
+    followers: Arc<Followers>,
 ) {
     let period = ttl / 3;
     let mut stream: Option<KeepAlive> = None;
@@ -399,6 +402,9 @@ async fn keep_alive(
                 () = tokio::time::sleep_until(state.deadline().into()) => {
                     if hold.covered(ttl) && Instant::now() >= state.deadline() {
                         state.lose(why::DEADLINE);
+                        // Every guard hears it before the revoke frees the
+                        // name for others (not later, from the telling task).
+                        tell_all(&followers, why::DEADLINE);
                         if !abandoned.load(Ordering::SeqCst) {
                             let _ = protocol::revoke_lease(&client, lease, timeout).await;
                         }

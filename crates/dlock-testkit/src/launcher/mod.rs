@@ -108,7 +108,7 @@ fn loopback(port: u16) -> SocketAddr {
 
 /// The Debian packages the launcher, the drivers' builds and the interop
 /// tests' reference clients need.
-pub const PACKAGES: [&str; 12] = [
+pub const PACKAGES: [&str; 13] = [
     "redis-server",
     "redis-tools",
     "etcd-server",
@@ -121,6 +121,7 @@ pub const PACKAGES: [&str; 12] = [
     "golang-etcd-server-dev",
     "libcurator-recipes-java",
     "openjdk-17-jdk-headless",
+    "python3-redis",
 ];
 
 /// Which of [`PACKAGES`] look missing on this machine (by the files they
@@ -146,6 +147,11 @@ pub fn missing_packages() -> Vec<&'static str> {
         ("libcurator-recipes-java", "/usr/share/java/curator-recipes.jar"),
         // javac compiles the Curator program (zookeeper brings a JRE only).
         ("openjdk-17-jdk-headless", "/usr/bin/javac"),
+        // redis-py, for Debian's python3 (the Redis interop test).
+        (
+            "python3-redis",
+            "/usr/lib/python3/dist-packages/redis/__init__.py",
+        ),
         // Builds the Redis clock shim (and links Rust itself).
         ("gcc", "/usr/bin/cc"),
     ] {

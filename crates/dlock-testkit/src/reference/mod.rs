@@ -1,6 +1,6 @@
 //! The reference clients themselves, run against our drivers: Apache
-//! Curator's recipes (ZooKeeper) and etcd's own Go recipes, as processes
-//! the interop tests drive line by line.
+//! Curator's recipes (ZooKeeper), etcd's own Go recipes and redis-py's
+//! `Lock` ([`python`]), as processes the interop tests drive line by line.
 //!
 //! The programs' sources live in this crate (`reference/curator/Contender.java`,
 //! `reference/go/contender.go`); the first use in a test binary compiles
@@ -40,6 +40,7 @@
 
 mod build;
 mod holds;
+pub mod python;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
