@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{AcquireOptions, Config, Error, Guard, Lock, LockKey, Role, Wait};
+use distlock::{AcquireOptions, Claim, Config, Error, Guard, Lock, LockKey, Wait};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command as Child;
@@ -241,10 +241,10 @@ fn main() -> ExitCode {
                     (None, false) => Wait::Forever,
                 };
                 let how = match (shared, exclusive, permits) {
-                    (true, _, _) => Take::Read,
-                    (_, true, _) => Take::Write,
-                    (_, _, Some(n)) => Take::Permit(*n),
-                    _ => Take::Mutex,
+                    (true, _, _) => Claim::Read,
+                    (_, true, _) => Claim::Write,
+                    (_, _, Some(n)) => Claim::Permits { count: 1, limit: *n },
+                    _ => Claim::Mutex,
                 };
                 run(&config, key, how, *ttl, wait, *grace, command).await
             }
@@ -306,7 +306,7 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
         // a read-write lock or semaphore.
         Ok(all) => {
             if let [h] = &all[..]
-                && h.role == Role::Mutex
+                && h.role == distlock::Role::Mutex
             {
                 println!("{key} is held by {}", describe(h));
             } else {
@@ -338,20 +338,10 @@ fn check_ttl(ttl: Duration) -> Result<Duration, String> {
     Ok(ttl)
 }
 
-/// What `dlock run` takes of its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Take {
-    Mutex,
-    Read,
-    Write,
-    /// One of N permits.
-    Permit(u32),
-}
-
 async fn run(
     config: &Config,
     key: &str,
-    how: Take,
+    how: Claim,
     ttl: Duration,
     wait: Wait,
     grace: Duration,
@@ -370,12 +360,7 @@ async fn run(
         Err(e) => return fail(code_for(&e), e),
     };
     let opts = AcquireOptions::default().ttl(ttl).wait(wait);
-    let taken = match how {
-        Take::Mutex => lock.acquire(&key, opts).await,
-        Take::Read => lock.acquire_read(&key, opts).await,
-        Take::Write => lock.acquire_write(&key, opts).await,
-        Take::Permit(n) => lock.acquire_permits(&key, 1, n, opts).await,
-    };
+    let taken = lock.acquire_claim(&key, how, opts).await;
     let guard = match taken {
         Ok(g) => g,
         Err(Error::Timeout { .. }) => {
@@ -384,14 +369,9 @@ async fn run(
                     let theirs: Vec<String> = all
                         .iter()
                         // Only the holders that keep this one out.
-                        .filter(|h| match how {
-                            Take::Mutex => h.role == Role::Mutex,
-                            Take::Read => h.role == Role::Write,
-                            Take::Write => matches!(h.role, Role::Read | Role::Write),
-                            Take::Permit(_) => matches!(h.role, Role::Permits(_)),
-                        })
+                        .filter(|h| how.is_kept_out_by(h.role))
                         .map(|h| match how {
-                            Take::Mutex => describe(h),
+                            Claim::Mutex => describe(h),
                             _ => format!("{} ({})", describe(h), h.role),
                         })
                         .collect();

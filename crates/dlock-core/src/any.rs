@@ -10,27 +10,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{AcquireOptions, Capabilities, FencingToken, Guard, Lock, LockKey, LostSignal, Result};
+use crate::{AcquireOptions, Capabilities, Claim, FencingToken, Guard, Lock, LockKey, LostSignal, Result};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 trait DynLock: Send + Sync {
     fn backend(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
-    fn acquire<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>>;
-    fn try_acquire<'a>(
+    fn grant<'a>(
         &'a self,
         key: &'a LockKey,
-        opts: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Option<AnyGuard>>>;
-    fn acquire_read<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>>;
-    fn acquire_write<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions)
-    -> BoxFuture<'a, Result<AnyGuard>>;
-    fn acquire_permits<'a>(
-        &'a self,
-        key: &'a LockKey,
-        count: u32,
-        limit: u32,
+        claim: Claim,
         opts: AcquireOptions,
     ) -> BoxFuture<'a, Result<AnyGuard>>;
 }
@@ -42,38 +32,13 @@ impl<L: Lock> DynLock for L {
     fn capabilities(&self) -> Capabilities {
         Lock::capabilities(self)
     }
-    fn acquire<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>> {
-        Box::pin(async move { Lock::acquire(self, key, opts).await.map(AnyGuard::new) })
-    }
-    fn try_acquire<'a>(
+    fn grant<'a>(
         &'a self,
         key: &'a LockKey,
-        opts: AcquireOptions,
-    ) -> BoxFuture<'a, Result<Option<AnyGuard>>> {
-        Box::pin(async move { Ok(Lock::try_acquire(self, key, opts).await?.map(AnyGuard::new)) })
-    }
-    fn acquire_read<'a>(&'a self, key: &'a LockKey, opts: AcquireOptions) -> BoxFuture<'a, Result<AnyGuard>> {
-        Box::pin(async move { Lock::acquire_read(self, key, opts).await.map(AnyGuard::new) })
-    }
-    fn acquire_write<'a>(
-        &'a self,
-        key: &'a LockKey,
+        claim: Claim,
         opts: AcquireOptions,
     ) -> BoxFuture<'a, Result<AnyGuard>> {
-        Box::pin(async move { Lock::acquire_write(self, key, opts).await.map(AnyGuard::new) })
-    }
-    fn acquire_permits<'a>(
-        &'a self,
-        key: &'a LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> BoxFuture<'a, Result<AnyGuard>> {
-        Box::pin(async move {
-            Lock::acquire_permits(self, key, count, limit, opts)
-                .await
-                .map(AnyGuard::new)
-        })
+        Box::pin(async move { Lock::grant(self, key, claim, opts).await.map(AnyGuard::new) })
     }
 }
 
@@ -125,35 +90,11 @@ impl Lock for AnyLock {
         self.0.capabilities()
     }
 
-    /// See [`Lock::acquire`]; forwards to the driver.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
-        self.0.acquire(key, opts).await
-    }
-
-    /// See [`Lock::try_acquire`]; forwards to the driver's own `try_acquire`.
-    async fn try_acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<Option<AnyGuard>> {
-        self.0.try_acquire(key, opts).await
-    }
-
-    /// See [`Lock::acquire_read`]; forwards to the driver.
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
-        self.0.acquire_read(key, opts).await
-    }
-
-    /// See [`Lock::acquire_write`]; forwards to the driver.
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<AnyGuard> {
-        self.0.acquire_write(key, opts).await
-    }
-
-    /// See [`Lock::acquire_permits`]; forwards to the driver.
-    async fn acquire_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> Result<AnyGuard> {
-        self.0.acquire_permits(key, count, limit, opts).await
+    /// See [`Lock::grant`]: the driver's own. Every acquire method of
+    /// an `AnyLock` is the provided one, which checks and traces once and
+    /// then calls this.
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<AnyGuard> {
+        self.0.grant(key, claim, opts).await
     }
 }
 

@@ -70,6 +70,11 @@ pub struct Capabilities {
     /// Counting semaphores:
     /// [`Lock::acquire_permits`](crate::Lock::acquire_permits).
     pub semaphores: bool,
+    /// Why the backend leaves out the primitives it does not offer, in
+    /// one sentence: the `why` of the [`Error::Unsupported`](crate::Error::Unsupported)
+    /// an acquire of one of them returns. `None` when the driver gives no
+    /// reason ([`with_reason`](Self::with_reason) sets it).
+    pub why_not: Option<&'static str>,
 }
 
 impl Capabilities {
@@ -84,6 +89,7 @@ impl Capabilities {
             min_ttl,
             read_write: false,
             semaphores: false,
+            why_not: None,
         }
     }
 
@@ -98,6 +104,14 @@ impl Capabilities {
     #[must_use]
     pub const fn with_semaphores(mut self) -> Self {
         self.semaphores = true;
+        self
+    }
+
+    /// Says why the backend leaves out what it does not offer (see
+    /// [`why_not`](Self::why_not)).
+    #[must_use]
+    pub const fn with_reason(mut self, why_not: &'static str) -> Self {
+        self.why_not = Some(why_not);
         self
     }
 

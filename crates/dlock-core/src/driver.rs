@@ -144,7 +144,7 @@ pub async fn within_wait<F: Future>(wait: crate::Wait, started: Instant, waiting
 
 /// Checks a TTL asked of `backend` (on acquire or extend): more than zero
 /// and at most [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL).
-/// Every acquire is checked by [`trace::acquire`](crate::trace::acquire);
+/// Every acquire is checked by [`Lock::acquire_claim`](crate::Lock::acquire_claim);
 /// a driver calls this at the top of its [`Guard::extend`](crate::Guard::extend).
 ///
 /// A zero TTL would become the backend's shortest lease renewed hundreds of

@@ -47,6 +47,7 @@
 
 mod any;
 mod capabilities;
+mod claim;
 pub mod driver;
 mod error;
 mod fence;
@@ -61,6 +62,7 @@ pub mod trace;
 
 pub use any::{AnyGuard, AnyLock};
 pub use capabilities::{Capabilities, Fencing, Role, Waiting};
+pub use claim::Claim;
 pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
 pub use key::LockKey;

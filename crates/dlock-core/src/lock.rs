@@ -7,16 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::{AcquireOptions, Capabilities, Error, FencingToken, LockKey, Result, Wait};
-
-/// The error of a primitive a driver does not implement.
-fn unsupported(backend: &'static str, what: &'static str) -> Error {
-    Error::Unsupported {
-        backend,
-        what,
-        why: "this driver does not implement them",
-    }
-}
+use crate::{AcquireOptions, Capabilities, Claim, Error, FencingToken, LockKey, Result, Wait};
 
 /// A connected lock backend: a cheap-to-clone handle that many tasks share.
 ///
@@ -24,6 +15,15 @@ fn unsupported(backend: &'static str, what: &'static str) -> Error {
 /// [`AnyLock`](crate::AnyLock), the same contract behind dynamic dispatch.
 /// Generic code takes `L: Lock`; code that picks its backend at run time holds
 /// an `AnyLock`.
+///
+/// # Implementing it
+///
+/// A driver implements [`backend`](Self::backend),
+/// [`capabilities`](Self::capabilities) and one acquire,
+/// [`grant`](Self::grant), which receives a [`Claim`]; every public
+/// acquire method is provided here and goes through
+/// [`acquire_claim`](Self::acquire_claim), which checks and traces once.
+/// Drivers do not override the provided methods.
 ///
 /// # What implementers must keep
 ///
@@ -45,6 +45,71 @@ pub trait Lock: Clone + Send + Sync + 'static {
 
     /// What this backend promises (fencing, FIFO, waiting, shortest TTL).
     fn capabilities(&self) -> Capabilities;
+
+    /// The one acquire a driver implements: grants `claim` on `key`,
+    /// waiting as `opts.wait` says. Callers use the provided methods
+    /// ([`acquire`](Self::acquire), [`acquire_read`](Self::acquire_read),
+    /// ..., or [`acquire_claim`](Self::acquire_claim)), which refuse what
+    /// the backend's [`capabilities`](Self::capabilities) leave out, check
+    /// the TTL and the permits, and trace the acquire ([`crate::trace`]),
+    /// all once, here in the core. So a driver's `grant`:
+    ///
+    /// - only receives claims its capabilities offer (one it does not
+    ///   offer may be answered with [`Claim::unsupported`]), permits with
+    ///   `1 <= count <= limit`, and a TTL from one nanosecond to
+    ///   [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL);
+    /// - emits no `acquire` span of its own (it runs inside the core's),
+    ///   only [`trace::queued`](crate::trace::queued) when it starts to
+    ///   wait.
+    ///
+    /// A driver maps the claim to its own layout (names, nodes, rows) with
+    /// one `match`; a new kind of claim is one more arm.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire) describes them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel safe as [`acquire`](Self::acquire) describes: the
+    /// kit's cancellation scenarios check it.
+    fn grant(
+        &self,
+        key: &LockKey,
+        claim: Claim,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send;
+
+    /// Takes `claim` of `key`: [`acquire`](Self::acquire) for
+    /// [`Claim::Mutex`], [`acquire_read`](Self::acquire_read) for
+    /// [`Claim::Read`], and so on, for code that chooses the kind of lock
+    /// at run time. Every acquire goes through here: the claim is checked
+    /// ([`Claim::check`]), the TTL too, and the acquire traced once
+    /// ([`crate::trace`]), before and around the driver's
+    /// [`grant`](Self::grant).
+    ///
+    /// # Errors
+    ///
+    /// As the method for the claim's kind says ([`acquire`](Self::acquire),
+    /// [`acquire_read`](Self::acquire_read),
+    /// [`acquire_permits`](Self::acquire_permits)).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    fn acquire_claim(
+        &self,
+        key: &LockKey,
+        claim: Claim,
+        opts: AcquireOptions,
+    ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        let checked = claim.check(self.backend(), &self.capabilities());
+        let request = async move {
+            checked?;
+            self.grant(key, claim, opts).await
+        };
+        crate::trace::acquire(self.backend(), key, claim, &opts, request)
+    }
 
     /// Takes the lock on `key`, waiting as `opts.wait` says.
     ///
@@ -70,7 +135,9 @@ pub trait Lock: Clone + Send + Sync + 'static {
         &self,
         key: &LockKey,
         opts: AcquireOptions,
-    ) -> impl Future<Output = Result<Self::Guard>> + Send;
+    ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        self.acquire_claim(key, Claim::Mutex, opts)
+    }
 
     /// One try: `Ok(Some(guard))` if granted, `Ok(None)` if someone else holds
     /// `key`. `opts.wait` is ignored.
@@ -132,9 +199,7 @@ pub trait Lock: Clone + Send + Sync + 'static {
         key: &LockKey,
         opts: AcquireOptions,
     ) -> impl Future<Output = Result<Self::Guard>> + Send {
-        let _ = (key, opts);
-        let e = unsupported(self.backend(), "read-write locks");
-        async move { Err(e) }
+        self.acquire_claim(key, Claim::Read, opts)
     }
 
     /// Takes `key` as a read-write lock, exclusive: no other read or write
@@ -153,9 +218,7 @@ pub trait Lock: Clone + Send + Sync + 'static {
         key: &LockKey,
         opts: AcquireOptions,
     ) -> impl Future<Output = Result<Self::Guard>> + Send {
-        let _ = (key, opts);
-        let e = unsupported(self.backend(), "read-write locks");
-        async move { Err(e) }
+        self.acquire_claim(key, Claim::Write, opts)
     }
 
     /// Takes `count` of the `limit` permits of the semaphore `key`: never
@@ -203,9 +266,7 @@ pub trait Lock: Clone + Send + Sync + 'static {
         limit: u32,
         opts: AcquireOptions,
     ) -> impl Future<Output = Result<Self::Guard>> + Send {
-        let _ = (key, count, limit, opts);
-        let e = unsupported(self.backend(), "semaphores");
-        async move { Err(e) }
+        self.acquire_claim(key, Claim::Permits { count, limit }, opts)
     }
 
     /// Acquires every name of `keys` together, or none of them: the names

@@ -102,7 +102,7 @@ type Name = (Kind, LockKey);
 
 /// What a grant takes of its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Claim {
+enum Share {
     /// A mutex grant, or a read-write lock's write grant.
     Exclusive,
     /// A read grant.
@@ -119,16 +119,16 @@ struct Entry {
 
 impl Entry {
     /// Whether `claim` can be granted next to the current holders.
-    fn fits(&self, claim: Claim) -> bool {
+    fn fits(&self, claim: Share) -> bool {
         match claim {
-            Claim::Exclusive => self.holders.is_empty(),
-            Claim::Shared => self.holders.iter().all(|h| h.claim == Claim::Shared),
-            Claim::Permits { count, limit } => {
+            Share::Exclusive => self.holders.is_empty(),
+            Share::Shared => self.holders.iter().all(|h| h.claim == Share::Shared),
+            Share::Permits { count, limit } => {
                 let taken: u64 = self
                     .holders
                     .iter()
                     .map(|h| match h.claim {
-                        Claim::Permits { count, .. } => u64::from(count),
+                        Share::Permits { count, .. } => u64::from(count),
                         _ => u64::from(limit),
                     })
                     .sum();
@@ -146,13 +146,13 @@ struct Holder {
     id: u64,
     deadline: Instant,
     lost: LostTrigger,
-    claim: Claim,
+    claim: Share,
 }
 
 struct Waiter {
     id: u64,
     ttl: Duration,
-    claim: Claim,
+    claim: Share,
     grant: oneshot::Sender<Grant>,
 }
 
@@ -185,7 +185,7 @@ impl Server {
 
     /// Makes `id` a holder of `name` (its acquire starts the expiry timer).
     /// Every grant takes the next token, whatever its claim.
-    fn grant(self: &Arc<Self>, st: &mut State, name: &Name, id: u64, ttl: Duration, claim: Claim) -> Grant {
+    fn grant(self: &Arc<Self>, st: &mut State, name: &Name, id: u64, ttl: Duration, claim: Share) -> Grant {
         st.last_token += 1;
         let token = FencingToken::new(st.last_token);
         let deadline = crate::driver::saturating_add(Instant::now(), ttl);
@@ -274,7 +274,7 @@ impl Server {
         };
         if entry.holder(id).is_some() {
             Ok(())
-        } else if entry.holders.iter().any(|h| h.claim == Claim::Exclusive) {
+        } else if entry.holders.iter().any(|h| h.claim == Share::Exclusive) {
             Err(Refusal::HeldByOther)
         } else {
             Err(Refusal::Expired)
@@ -546,7 +546,8 @@ impl Lock for MemLock {
             .with_semaphores()
     }
 
-    /// See [`Lock::acquire`]. Waiters are granted in FIFO order.
+    /// See [`Lock::grant`]: FIFO for every claim; mutexes, read-write
+    /// locks and semaphores of one name are apart.
     ///
     /// # Errors
     ///
@@ -557,69 +558,21 @@ impl Lock for MemLock {
     ///
     /// Cancel safe: a dropped call removes its waiter at once, or releases the
     /// grant if the hand-off reached it in the meantime.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
-        crate::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
-    }
-
-    /// See [`Lock::acquire_read`]: FIFO with the writers.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
-        let take = self.take(Kind::ReadWrite, Claim::Shared, key, opts);
-        crate::trace::acquire(BACKEND, key, &opts, take).await
-    }
-
-    /// See [`Lock::acquire_write`].
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
-        let take = self.take(Kind::ReadWrite, Claim::Exclusive, key, opts);
-        crate::trace::acquire(BACKEND, key, &opts, take).await
-    }
-
-    /// See [`Lock::acquire_permits`]: FIFO.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
-    /// `1 <= count <= limit`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> Result<MemGuard> {
-        crate::driver::check_permits(count, limit)?;
-        let take = self.take(Kind::Semaphore, Claim::Permits { count, limit }, key, opts);
-        crate::trace::acquire(BACKEND, key, &opts, take).await
+    async fn grant(&self, key: &LockKey, claim: crate::Claim, opts: AcquireOptions) -> Result<MemGuard> {
+        let (kind, share) = match claim {
+            crate::Claim::Mutex => (Kind::Mutex, Share::Exclusive),
+            crate::Claim::Read => (Kind::ReadWrite, Share::Shared),
+            crate::Claim::Write => (Kind::ReadWrite, Share::Exclusive),
+            crate::Claim::Permits { count, limit } => (Kind::Semaphore, Share::Permits { count, limit }),
+        };
+        self.take(kind, share, key, opts).await
     }
 }
 
 impl MemLock {
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
-        self.take(Kind::Mutex, Claim::Exclusive, key, opts).await
-    }
-
     /// Takes `claim` of `key` as a `kind`: at once if it fits and nobody
     /// waits, otherwise in FIFO order by hand-off.
-    async fn take(&self, kind: Kind, claim: Claim, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
+    async fn take(&self, kind: Kind, claim: Share, key: &LockKey, opts: AcquireOptions) -> Result<MemGuard> {
         self.check_up()?;
         let started = Instant::now();
         let ttl = opts.ttl.max(MEM_MIN_TTL);

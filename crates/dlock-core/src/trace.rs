@@ -11,7 +11,7 @@
 //!
 //! | name | level | fields |
 //! |---|---|---|
-//! | `acquire` | INFO | `backend`, `key`, `ttl_ms`, `wait_ms` (absent: waits forever) |
+//! | `acquire` | INFO | `backend`, `key`, `claim` (`mutex`, `read`, `write`, `permits`), `ttl_ms`, `wait_ms` (absent: waits forever) |
 //!
 //! Every event of an acquire (below, marked *in the span*) happens inside
 //! it and takes `backend` and `key` from it; every other event carries
@@ -40,9 +40,11 @@
 //! milliseconds (`*_ms`); `token` is the [`FencingToken`]'s number;
 //! `error` is the [`Error`]'s `Display`, which never shows a credential.
 //!
-//! Drivers emit these through the functions of this module (the
-//! [`acquire`] wrapper, [`queued`], [`lost`], ...), never with their own
-//! field names.
+//! The core opens the span around every acquire (in
+//! [`Lock::acquire_claim`](crate::Lock::acquire_claim), which every
+//! acquire method goes through), so a driver never does; drivers emit the
+//! events through the functions of this module ([`queued`], [`lost`],
+//! ...), never with their own field names.
 //!
 //! ```
 //! use dlock_core::{AcquireOptions, Guard, Lock, LockKey, MemLock};
@@ -64,7 +66,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::{AcquireOptions, Error, FencingToken, Guard, LockKey, Result, Wait};
+use crate::{AcquireOptions, Claim, Error, FencingToken, Guard, LockKey, Result, Wait};
 
 /// The target of every span and event of dlock.
 pub const TARGET: &str = "dlock";
@@ -94,29 +96,17 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs a driver's acquire inside the `acquire` span and reports how it
+/// Runs a driver's grant inside the `acquire` span and reports how it
 /// ended (`granted`, `timed out`, `acquire failed` or, if the future is
-/// dropped first, `acquire cancelled`). Every driver's
-/// [`Lock::acquire`](crate::Lock::acquire) body goes through it, so it is
-/// also where a TTL of zero or more than
-/// [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL) is refused
-/// ([`driver::check_ttl`](crate::driver::check_ttl)) before `request` runs.
-///
-/// ```
-/// use dlock_core::{AcquireOptions, LockKey, MemLock, Lock, trace};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock_core::Result<()> {
-/// let (lock, key) = (MemLock::new(), LockKey::new("k")?);
-/// let opts = AcquireOptions::default();
-/// // A wrapper driver would put its own request here.
-/// let guard = trace::acquire("mine", &key, &opts, lock.acquire(&key, opts)).await?;
-/// # drop(guard); Ok(())
-/// # }
-/// ```
-pub fn acquire<G, F>(
+/// dropped first, `acquire cancelled`). [`Lock::acquire_claim`](crate::Lock::acquire_claim)
+/// wraps every acquire in it, so it is also where a TTL of zero or more
+/// than [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL) is
+/// refused ([`driver::check_ttl`](crate::driver::check_ttl)) before
+/// `request` runs.
+pub(crate) fn acquire<G, F>(
     backend: &'static str,
     key: &LockKey,
+    claim: Claim,
     opts: &AcquireOptions,
     request: F,
 ) -> impl Future<Output = Result<G>> + Send + use<G, F>
@@ -135,6 +125,7 @@ where
         "acquire",
         backend,
         key = key.as_str(),
+        claim = claim.kind(),
         ttl_ms = ms(opts.ttl),
         wait_ms
     );
@@ -168,8 +159,8 @@ where
     .instrument(span)
 }
 
-/// `queued`: the name is held and the acquire waits for it. Call it inside
-/// [`acquire`], once per acquire, when the first attempt is refused and a
+/// `queued`: the name is held and the acquire waits for it. Call it in a
+/// driver's [`Lock::grant`](crate::Lock::grant), once per acquire, when the first attempt is refused and a
 /// wait begins.
 pub fn queued() {
     tracing::debug!(target: "dlock", "queued");

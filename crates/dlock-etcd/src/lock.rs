@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::driver::endpoint_of;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Unreachable, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Unreachable, Wait, Waiting,
 };
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
@@ -376,9 +376,26 @@ impl Lock for EtcdLock {
             .with_semaphores()
     }
 
-    /// See [`Lock::acquire`]: the Mutex transaction, then (if not first)
-    /// a watch on the immediate predecessor until every earlier contender is
-    /// gone, then a check that our own key survived the wait.
+    /// See [`Lock::grant`]. Every claim is a key on the session's lease,
+    /// unique per acquire; its create revision is the token. The layouts:
+    ///
+    /// - **Mutex** ([`Claim::Mutex`]): Go's `concurrency.Mutex`: the Mutex transaction,
+    ///   then (if not first) a watch on the immediate predecessor until
+    ///   every earlier contender is gone, then a check that our own key
+    ///   survived the wait.
+    /// - **Read** ([`Claim::Read`]): Go's `recipes.RWMutex` layout, reading (a key
+    ///   `{prefix}NAME/read/…`; it holds when no key under
+    ///   `{prefix}NAME/write` was created before it, and watches the latest
+    ///   that was).
+    /// - **Write** ([`Claim::Write`]): the same layout, writing (a key
+    ///   `{prefix}NAME/write/…`; it holds when no key of the name, read or
+    ///   write, was created before it).
+    /// - **Permits** ([`Claim::Permits`]): a key `{prefix}NAME/sem/{count}/{limit}/…`; it
+    ///   holds when the counts of the keys created before it, plus its own,
+    ///   are at most `limit` (so waiters are served in order, and one that
+    ///   needs more holds back those behind it). etcd has no semaphore
+    ///   recipe of its own; this layout is dlock's. A waiter looks again on
+    ///   every release of the name (any release may admit it).
     ///
     /// # Errors
     ///
@@ -391,67 +408,8 @@ impl Lock for EtcdLock {
     /// Cancel safe: a dropped call deletes its contender key in the
     /// background (by create revision, or by lease if the transaction's reply
     /// was not seen); its lease is the backstop.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Mutex, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_read`]: Go's `recipes.RWMutex` layout, reading
-    /// (a key `{prefix}NAME/read/…` on the session's lease; it holds when
-    /// no key under `{prefix}NAME/write` was created before it, and
-    /// watches the latest that was). The token is its create revision.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Read, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_write`]: Go's `recipes.RWMutex` layout, writing
-    /// (a key `{prefix}NAME/write/…`; it holds when no key of the name,
-    /// read or write, was created before it).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<EtcdGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Contender::Write, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_permits`]: a key `{prefix}NAME/sem/{count}/{limit}/…` on
-    /// the session's lease; it holds when the counts of the keys created
-    /// before it, plus its own, are at most `limit` (so waiters are served
-    /// in order, and one that needs more holds back those behind it). The
-    /// token is its create revision. etcd has no semaphore recipe of its
-    /// own; this layout is dlock's. A waiter looks again on every release
-    /// of the name (any release may admit it).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
-    /// `1 <= count <= limit`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> Result<EtcdGuard> {
-        dlock_core::driver::check_permits(count, limit)?;
-        let take = self.take(Contender::Permits { count, limit }, key, opts);
-        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<EtcdGuard> {
+        self.take(Contender::from(claim), key, opts).await
     }
 }
 

@@ -116,6 +116,17 @@ pub(crate) enum Contender {
     Permits { count: u32, limit: u32 },
 }
 
+impl From<dlock_core::Claim> for Contender {
+    fn from(claim: dlock_core::Claim) -> Self {
+        match claim {
+            dlock_core::Claim::Mutex => Contender::Mutex,
+            dlock_core::Claim::Read => Contender::Read,
+            dlock_core::Claim::Write => Contender::Write,
+            dlock_core::Claim::Permits { count, limit } => Contender::Permits { count, limit },
+        }
+    }
+}
+
 impl Contender {
     /// The contender's key (unique per acquire, as [`contender_key`]).
     pub(crate) fn key(self, pfx: &str, lease: i64, attempt: u64) -> String {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::driver::saturating_add;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
 
 use crate::config::PostgresConfig;
@@ -266,10 +266,11 @@ impl Lock for PostgresLock {
         Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL)
     }
 
-    /// See [`Lock::acquire`]: one statement per attempt (an insert, or the
-    /// take-over of an expired row); a waiter is woken by the release's
-    /// `NOTIFY`, polling (jittered, at most the holder's remaining TTL) as a
-    /// fallback.
+    /// See [`Lock::grant`]: mutexes only ([`Claim::Mutex`]; the others are
+    /// refused with [`Error::Unsupported`] before this is called). One
+    /// statement per attempt (an insert, or the take-over of an expired
+    /// row); a waiter is woken by the release's `NOTIFY`, polling
+    /// (jittered, at most the holder's remaining TTL) as a fallback.
     ///
     /// # Errors
     ///
@@ -287,7 +288,10 @@ impl Lock for PostgresLock {
     ///
     /// Cancel safe: the answer of an attempt the dropped call did not see
     /// is awaited in the background, and a grant is released.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<PostgresGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(key, opts)).await
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<PostgresGuard> {
+        match claim {
+            Claim::Mutex => self.take(key, opts).await,
+            other => Err(other.unsupported(BACKEND)),
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
 };
 use dlock_redis_protocol::calls::{Family, Fenced};
 use dlock_redis_protocol::host_name;
@@ -402,9 +402,25 @@ impl Lock for RedisLock {
             .with_semaphores()
     }
 
-    /// See [`Lock::acquire`]. One script per attempt; a waiter subscribes to
+    /// See [`Lock::grant`]. One script per attempt; a waiter subscribes to
     /// the key's release channel and retries when a release is announced,
     /// polling (jittered, at most the holder's remaining TTL) as a fallback.
+    /// The layouts:
+    ///
+    /// - **Mutex** ([`Claim::Mutex`]): the string `KEY`, and the fence counter beside it.
+    /// - **Read** ([`Claim::Read`]): a member `"<value> t<token>"` of the sorted set
+    ///   `{KEY}:dlock-readers`, scored by when it expires (server time);
+    ///   granted unless a writer holds or waits (a stream of readers cannot
+    ///   starve a writer). The token is the next of the name's fence counter.
+    /// - **Write** ([`Claim::Write`]): the string `{KEY}:dlock-writer`, set when no
+    ///   writer holds and no reader is left; a refused waiter marks itself
+    ///   waiting from its second attempt on (`{KEY}:dlock-wwait`, until its
+    ///   window runs out), which holds new readers back.
+    /// - **Permits** ([`Claim::Permits`]): a member `"<count> <value> t<token>"` of the
+    ///   sorted set `{KEY}:dlock-permits`, scored by when it expires;
+    ///   granted when the live members' counts plus `count` are at most
+    ///   `limit`. Waiters are not served in order: a request for many
+    ///   permits can wait behind a stream of small ones.
     ///
     /// # Errors
     ///
@@ -416,68 +432,17 @@ impl Lock for RedisLock {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped call sends a compare-value release for an
-    /// attempt whose answer it did not see, and gives up its subscription.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(None, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_read`]: a member `"<value> t<token>"` of the
-    /// sorted set `{KEY}:dlock-readers`, scored by when it expires (server time);
-    /// granted unless a writer holds or waits (a stream of readers cannot
-    /// starve a writer). The token is the next of the name's fence counter.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Some(Family::Read), key, opts)).await
-    }
-
-    /// See [`Lock::acquire_write`]: the string `{KEY}:dlock-writer`, set
-    /// when no writer holds and no reader is left; a refused waiter marks
-    /// itself waiting from its second attempt on (`{KEY}:dlock-wwait`, until its window runs out), which
-    /// holds new readers back.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire); a dropped waiter also takes its
-    /// waiting mark back (in the background; its window is the backstop).
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedisGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Some(Family::Write), key, opts)).await
-    }
-
-    /// See [`Lock::acquire_permits`]: a member `"<count> <value> t<token>"` of the
-    /// sorted set `{KEY}:dlock-permits`, scored by when it expires; granted
-    /// when the live members' counts plus `count` are at most `limit`.
-    /// Waiters are not served in order: a request for many permits can
-    /// wait behind a stream of small ones.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
-    /// `1 <= count <= limit`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> Result<RedisGuard> {
-        dlock_core::driver::check_permits(count, limit)?;
-        let take = self.take(Some(Family::Permits { count, limit }), key, opts);
-        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
+    /// attempt whose answer it did not see, and gives up its subscription;
+    /// a dropped writer also takes its waiting mark back (in the background;
+    /// its window is the backstop).
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<RedisGuard> {
+        let family = match claim {
+            Claim::Mutex => None,
+            Claim::Read => Some(Family::Read),
+            Claim::Write => Some(Family::Write),
+            Claim::Permits { count, limit } => Some(Family::Permits { count, limit }),
+        };
+        self.take(family, key, opts).await
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::driver::{OnDrop, saturating_add};
-use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use dlock_core::{AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
 use dlock_redis_protocol::calls::Unfenced;
 use dlock_redis_protocol::notices::Waiters;
 use dlock_redis_protocol::{host_name, millis, scripts};
@@ -310,15 +310,27 @@ impl Lock for Redlock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::None, false, Waiting::Notified, MIN_TTL)
+        Capabilities::new(Fencing::None, false, Waiting::Notified, MIN_TTL).with_reason(
+            "a count or a set of readers cannot be kept across a quorum of independent servers (two \
+             majorities can each count a different set of holders, and together exceed the limit); use a \
+             backend whose capabilities offer them (Redis, etcd, ZooKeeper)",
+        )
     }
 
-    /// See [`Lock::acquire`]. Each round sends the acquire script to every
-    /// node at once (with [`Wait::No`]: one round, or up to five when rounds
-    /// end in split votes with no quorum held by anyone); a grant needs a quorum and validity left
-    /// (`ttl - elapsed - drift > 0`, elapsed on the monotonic clock from the
-    /// first send). A failed round is released on every node before the next.
-    /// Between rounds: a release notice from any node, or a random delay.
+    /// See [`Lock::grant`]: mutexes only ([`Claim::Mutex`]; the others are
+    /// refused with [`Error::Unsupported`] before this is called). Each
+    /// round sends the acquire script to every node at once (with
+    /// [`Wait::No`]: one round, or up to five when rounds end in split votes
+    /// with no quorum held by anyone); a grant needs a quorum and validity
+    /// left (`ttl - elapsed - drift > 0`, elapsed on the monotonic clock from
+    /// the first send). A failed round is released on every node before the
+    /// next. Between rounds: a release notice from any node, or a random
+    /// delay.
+    ///
+    /// Semaphores are not offered: a count cannot be kept across a quorum
+    /// of independent servers (two majorities can each count a different
+    /// set of holders, and together exceed the limit); use a backend whose
+    /// capabilities offer semaphores (Redis, etcd, ZooKeeper).
     ///
     /// # Errors
     ///
@@ -331,41 +343,16 @@ impl Lock for Redlock {
     ///
     /// Cancel safe: a dropped round is released on every node in the
     /// background; the TTL is the backstop.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
-    }
-
-    /// Not offered: see the error.
-    ///
-    /// # Errors
-    ///
-    /// Always [`Error::Unsupported`]: a semaphore's count cannot be kept
-    /// across a quorum of independent servers (each majority may count a
-    /// different set of holders, so two grants each seen by a majority can
-    /// together exceed the limit).
-    ///
-    /// # Cancel safety
-    ///
-    /// Nothing is sent.
-    async fn acquire_permits(
-        &self,
-        _key: &LockKey,
-        _count: u32,
-        _limit: u32,
-        _opts: AcquireOptions,
-    ) -> Result<RedlockGuard> {
-        Err(Error::Unsupported {
-            backend: BACKEND,
-            what: "semaphores",
-            why: "a count cannot be kept across a quorum of independent servers (two majorities can each \
-                  count a different set of holders, and together exceed the limit); use a backend whose \
-                  capabilities offer semaphores (Redis, etcd, ZooKeeper)",
-        })
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<RedlockGuard> {
+        match claim {
+            Claim::Mutex => self.acquire_mutex(key, opts).await,
+            other => Err(other.unsupported(BACKEND)),
+        }
     }
 }
 
 impl Redlock {
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
+    async fn acquire_mutex(&self, key: &LockKey, opts: AcquireOptions) -> Result<RedlockGuard> {
         if self.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }

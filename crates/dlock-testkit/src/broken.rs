@@ -607,30 +607,19 @@ impl Lock for NaiveLock {
             .with_semaphores()
     }
 
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
-        self.traced(key, opts, Claim::Read).await
-    }
-
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
-        self.traced(key, opts, Claim::Write).await
-    }
-
-    async fn acquire_permits(
+    async fn grant(
         &self,
         key: &LockKey,
-        count: u32,
-        limit: u32,
+        claim: dlock_core::Claim,
         opts: AcquireOptions,
     ) -> Result<NaiveGuard> {
-        dlock_core::driver::check_permits(count, limit)?;
-        self.traced(key, opts, Claim::Permits { count, limit }).await
-    }
-
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
-        if self.flaw == Flaw::Silent {
-            return self.acquire_untraced(key, opts).await;
-        }
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.acquire_untraced(key, opts)).await
+        let family = match claim {
+            dlock_core::Claim::Mutex => None,
+            dlock_core::Claim::Read => Some(Claim::Read),
+            dlock_core::Claim::Write => Some(Claim::Write),
+            dlock_core::Claim::Permits { count, limit } => Some(Claim::Permits { count, limit }),
+        };
+        self.take(key, opts, family).await
     }
 
     async fn acquire_all(&self, keys: &[LockKey], opts: AcquireOptions) -> Result<MultiGuard<NaiveGuard>> {
@@ -647,17 +636,6 @@ impl Lock for NaiveLock {
 }
 
 impl NaiveLock {
-    async fn traced(&self, key: &LockKey, opts: AcquireOptions, claim: Claim) -> Result<NaiveGuard> {
-        if self.flaw == Flaw::Silent {
-            return self.take(key, opts, Some(claim)).await;
-        }
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(key, opts, Some(claim))).await
-    }
-
-    async fn acquire_untraced(&self, key: &LockKey, opts: AcquireOptions) -> Result<NaiveGuard> {
-        self.take(key, opts, None).await
-    }
-
     /// A mutex (`claim` `None`), read-write or semaphore acquire.
     async fn take(&self, key: &LockKey, opts: AcquireOptions, claim: Option<Claim>) -> Result<NaiveGuard> {
         self.check_up()?;

@@ -21,6 +21,79 @@
 //! - [`trace`]: a `tracing` subscriber that keeps dlock's events for a
 //!   test (`reports_through_tracing` checks every driver's with it).
 //!
+//! # The contract a driver implements
+//!
+//! A driver's handle implements [`dlock_core::Lock`] with three methods:
+//! `backend`, `capabilities` and **one acquire**, `grant`, which receives a
+//! [`Claim`](dlock_core::Claim) (a mutex, a read, a write, or `count` of
+//! `limit` permits) and maps it to the backend's layout. Every public
+//! acquire method (`acquire`, `try_acquire`, `acquire_read`,
+//! `acquire_write`, `acquire_permits`, `acquire_claim`, `acquire_all`,
+//! `with_lock`) is provided by the trait: it refuses a claim the
+//! capabilities leave out ([`Error::Unsupported`](dlock_core::Error::Unsupported)),
+//! a TTL of zero or above the maximum and impossible permit counts, and
+//! traces the acquire, once, before the driver's `grant` runs. A driver
+//! emits only the events inside its protocol (`trace::queued`, `lost`,
+//! `release_result`). [`AnyLock`](dlock_core::AnyLock) forwards `grant`, so
+//! every driver is usable behind dynamic dispatch with nothing more.
+//!
+//! A complete driver that offers mutexes only (its "server" is a
+//! [`MemLock`](dlock_core::MemLock), standing for the network):
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use dlock_core::{
+//!     AcquireOptions, AnyLock, Capabilities, Claim, Error, Fencing, Guard, Lock, LockKey, MemGuard,
+//!     MemLock, Result, Waiting,
+//! };
+//!
+//! #[derive(Clone)]
+//! struct FooLock {
+//!     server: MemLock,
+//! }
+//!
+//! impl Lock for FooLock {
+//!     type Guard = MemGuard;
+//!
+//!     fn backend(&self) -> &'static str {
+//!         "foo"
+//!     }
+//!
+//!     fn capabilities(&self) -> Capabilities {
+//!         // Strict tokens, FIFO, notified waiters, a 10 ms shortest TTL;
+//!         // neither read-write locks nor semaphores.
+//!         Capabilities::new(Fencing::Strict, true, Waiting::Notified, Duration::from_millis(10))
+//!     }
+//!
+//!     /// The one acquire: the claim is one the capabilities offer.
+//!     async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<MemGuard> {
+//!         match claim {
+//!             // The driver's own protocol would go here.
+//!             Claim::Mutex => self.server.grant(key, claim, opts).await,
+//!             other => Err(other.unsupported(self.backend())),
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<()> {
+//! let foo = FooLock { server: MemLock::new() };
+//! let key = LockKey::new("jobs/nightly")?;
+//! // Provided: checked and traced by the core, granted by `grant`.
+//! let guard = foo.acquire(&key, AcquireOptions::default()).await?;
+//! assert!(foo.try_acquire(&key, AcquireOptions::default()).await?.is_none());
+//! guard.release().await?;
+//! // Refused by the core, before `grant` runs: the capabilities say no.
+//! let refused = foo.acquire_read(&key, AcquireOptions::default()).await;
+//! assert!(matches!(refused, Err(Error::Unsupported { .. })));
+//! // The same driver behind dynamic dispatch, for nothing more.
+//! let any = AnyLock::new(foo);
+//! any.acquire(&key, AcquireOptions::default()).await?.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Testing a driver with the kit
 //!
 //! A driver crate (say `dlock-foo`, whose `FooLock` implements
@@ -178,8 +251,8 @@
 //!   places (the Redis protocol crate and PostgreSQL's).
 //!
 //! A driver reports through `tracing` with the functions of
-//! [`dlock_core::trace`] (its `acquire` wrapper, `queued`, `lost`,
-//! `release_result`); `reports_through_tracing` installs the kit's
+//! [`dlock_core::trace`] (`queued`, `lost`, `release_result`; the core
+//! opens the `acquire` span around its `grant`); `reports_through_tracing` installs the kit's
 //! [`trace`] subscriber as the process's global one, so a conformance test
 //! binary must not install another.
 //!

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use dlock_core::{AcquireOptions, Capabilities, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use dlock_core::{AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
 use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
@@ -348,7 +348,28 @@ impl Lock for ZkLock {
             .with_semaphores()
     }
 
-    /// See [`Lock::acquire`]: Curator's recipe (see the crate docs).
+    /// See [`Lock::grant`]: Curator's recipes (see the crate docs), which
+    /// Curator clients and this crate share. The token is our node's
+    /// `czxid` (for permits, the first lease's).
+    ///
+    /// - **Mutex** ([`Claim::Mutex`]): `InterProcessMutex`.
+    /// - **Read** ([`Claim::Read`]): `InterProcessReadWriteLock`, reading (a
+    ///   `_c_{uuid}-__READ__{sequence}` node in the name's directory; it
+    ///   holds when no writer's node comes before it, and watches the first
+    ///   writer's).
+    /// - **Write** ([`Claim::Write`]): `InterProcessReadWriteLock`, writing (a
+    ///   `_c_{uuid}-__WRIT__{sequence}` node; it holds when first among
+    ///   readers' and writers' nodes, and watches its immediate
+    ///   predecessor).
+    /// - **Permits** ([`Claim::Permits`]): `InterProcessSemaphoreV2`. While it waits, the
+    ///   acquire holds the mutex `{name}/locks` (so waiters are served in
+    ///   order); it creates one lease `{name}/leases/_c_{uuid}-lease-{sequence}`
+    ///   per permit and holds when the leases directory has at most `limit`
+    ///   children (watching it otherwise), then gives the mutex back.
+    ///   Curator clients with the same limit and this crate share the
+    ///   count. Only lease nodes count (Curator counts every child of the
+    ///   leases directory: stricter, never looser). The mutex
+    ///   `{name}/locks` is this semaphore's: do not name another lock so.
     ///
     /// # Errors
     ///
@@ -356,90 +377,29 @@ impl Lock for ZkLock {
     /// - [`Error::Lost`] when our node vanished while we waited (the session
     ///   expired);
     /// - [`Error::Unavailable`] when ZooKeeper cannot be reached or has no
-    ///   quorum; [`Error::InvalidKey`] as [`ZkLock::lock_path`].
+    ///   quorum; [`Error::InvalidKey`] as [`ZkLock::lock_path`];
+    /// - [`Error::InvalidConfig`] for more than 1024 permits at once (a
+    ///   node each). With [`Wait::No`] a call for permits is refused while
+    ///   another acquirer holds the `locks` mutex, even with permits free
+    ///   (Curator does the same).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a dropped call deletes its node in the background (found
-    /// by uuid if the create's reply was not seen); session expiry is the
-    /// backstop.
-    async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Mutex, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_read`]: Curator's `InterProcessReadWriteLock`,
-    /// reading (a `_c_{uuid}-__READ__{sequence}` node in the name's
-    /// directory; it holds when no writer's node comes before it, and
-    /// watches the first writer's). Curator clients and this crate exclude
-    /// each other. The token is the node's `czxid`.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_read(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Read, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_write`]: Curator's `InterProcessReadWriteLock`,
-    /// writing (a `_c_{uuid}-__WRIT__{sequence}` node; it holds when first
-    /// among readers' and writers' nodes, and watches its immediate
-    /// predecessor).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire).
-    async fn acquire_write(&self, key: &LockKey, opts: AcquireOptions) -> Result<ZkGuard> {
-        dlock_core::trace::acquire(BACKEND, key, &opts, self.take(Recipe::Write, key, opts)).await
-    }
-
-    /// See [`Lock::acquire_permits`]: Curator's `InterProcessSemaphoreV2`.
-    /// While it waits, the acquire holds the mutex `{name}/locks` (so
-    /// waiters are served in order); it creates one lease
-    /// `{name}/leases/_c_{uuid}-lease-{sequence}` per permit and holds when
-    /// the leases directory has at most `limit` children (watching it
-    /// otherwise), then gives the mutex back. Curator clients with the same
-    /// limit and this crate share the count. The token is the first
-    /// lease's `czxid`.
-    ///
-    /// Only lease nodes count (Curator counts every child of the leases
-    /// directory: stricter, never looser). The mutex `{name}/locks` is
-    /// this semaphore's: do not name another lock so.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire); [`Error::InvalidConfig`] unless
-    /// `1 <= count <= limit`, and for more than 1024 permits at once (a
-    /// node each). With [`Wait::No`] a call is refused while another
-    /// acquirer holds the `locks` mutex, even with permits free (Curator
-    /// does the same).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`acquire`](Self::acquire): a dropped call deletes its leases
-    /// and its mutex node in the background.
-    async fn acquire_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        limit: u32,
-        opts: AcquireOptions,
-    ) -> Result<ZkGuard> {
-        dlock_core::driver::check_permits(count, limit)?;
-        if count > MAX_PERMITS_AT_ONCE {
-            return Err(Error::InvalidConfig(format!(
-                "zookeeper takes at most {MAX_PERMITS_AT_ONCE} permits in one grant (one node each), not {count}"
-            )));
+    /// Cancel safe: a dropped call deletes its nodes (and, for permits, its
+    /// mutex node) in the background (found by uuid if the create's reply
+    /// was not seen); session expiry is the backstop.
+    async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<ZkGuard> {
+        match claim {
+            Claim::Mutex => self.take(Recipe::Mutex, key, opts).await,
+            Claim::Read => self.take(Recipe::Read, key, opts).await,
+            Claim::Write => self.take(Recipe::Write, key, opts).await,
+            Claim::Permits { count, .. } if count > MAX_PERMITS_AT_ONCE => {
+                Err(Error::InvalidConfig(format!(
+                    "zookeeper takes at most {MAX_PERMITS_AT_ONCE} permits in one grant (one node each), not {count}"
+                )))
+            }
+            Claim::Permits { count, limit } => self.take_permits(key, count, limit, opts).await,
         }
-        let take = self.take_permits(key, count, limit, opts);
-        dlock_core::trace::acquire(BACKEND, key, &opts, take).await
     }
 }
 

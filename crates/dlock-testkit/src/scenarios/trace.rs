@@ -8,7 +8,7 @@ use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
 use crate::trace::{Capture, Captured};
 
 /// The driver reports a lock's life with dlock's names: an `acquire` span
-/// (`backend`, `key`, `ttl_ms`) around `granted` (with the grant's token),
+/// (`backend`, `key`, `claim`, `ttl_ms`) around `granted` (with the grant's token, once),
 /// `queued`, `timed out` and `acquire cancelled`; `released` with the token;
 /// `lost` with one of the [`why`](dlock_core::trace::why) texts when a
 /// guard without auto-extend runs out of its TTL.
@@ -97,8 +97,17 @@ pub async fn reports_through_tracing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
             "the token reported is not the grant's ({token:?}): {e}"
         );
     }
+    // One acquire, one span: a layer (AnyLock) must not trace it again.
+    let granted = of("granted", k.as_str());
+    ensure!(
+        granted.len() == 1,
+        "one grant of {k} was reported {} times: {}",
+        granted.len(),
+        shown(&granted)
+    );
     for message in ["granted", "queued", "timed out", "acquire cancelled"] {
         for e in of(message, k.as_str()) {
+            ensure!(e.field("claim") == Some("mutex"), "no claim=mutex in {e}");
             ensure!(
                 e.field("span") == Some("acquire") && e.field("ttl_ms").is_some(),
                 "`{message}` is not inside an `acquire` span with ttl_ms: {e}"
