@@ -294,7 +294,16 @@ async fn holder(config: &Config, key: &str) -> ExitCode {
         Ok(k) => k,
         Err(e) => return fail(exit::USAGE, e),
     };
-    match distlock::holders(config, &key).await {
+    let lock = match distlock::connect(config).await {
+        Ok(l) => l,
+        Err(e) => return fail(code_for(&e), e),
+    };
+    let listed = match lock.holders(&key).await {
+        // The backend cannot list holders (Redlock): said as before.
+        Err(Error::Unsupported { .. }) => Ok(Vec::new()),
+        other => other,
+    };
+    match listed {
         Ok(all) if all.is_empty() => {
             println!(
                 "{key} is not held (or the {} backend cannot tell)",
@@ -364,7 +373,8 @@ async fn run(
     let guard = match taken {
         Ok(g) => g,
         Err(Error::Timeout { .. }) => {
-            let who = match distlock::holders(config, &key).await {
+            // Named through the handle that tried: no second connection.
+            let who = match lock.holders(&key).await {
                 Ok(all) => {
                     let theirs: Vec<String> = all
                         .iter()

@@ -10,13 +10,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{AcquireOptions, Capabilities, Claim, FencingToken, Guard, Lock, LockKey, LostSignal, Result};
+use crate::{
+    AcquireOptions, Capabilities, Claim, FencingToken, Guard, Holder, Lock, LockKey, LostSignal, Result,
+};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 trait DynLock: Send + Sync {
     fn backend(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>>;
     fn grant<'a>(
         &'a self,
         key: &'a LockKey,
@@ -39,6 +42,9 @@ impl<L: Lock> DynLock for L {
         opts: AcquireOptions,
     ) -> BoxFuture<'a, Result<AnyGuard>> {
         Box::pin(async move { Lock::grant(self, key, claim, opts).await.map(AnyGuard::new) })
+    }
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>> {
+        Box::pin(Lock::holders(self, key))
     }
 }
 
@@ -95,6 +101,11 @@ impl Lock for AnyLock {
     /// then calls this.
     async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<AnyGuard> {
         self.0.grant(key, claim, opts).await
+    }
+
+    /// See [`Lock::holders`]: the driver's own.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        self.0.holders(key).await
     }
 }
 

@@ -70,6 +70,10 @@ pub struct Capabilities {
     /// Counting semaphores:
     /// [`Lock::acquire_permits`](crate::Lock::acquire_permits).
     pub semaphores: bool,
+    /// The operator views: [`Lock::holders`](crate::Lock::holders) lists
+    /// who holds a name (otherwise it answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported)).
+    pub lists_holders: bool,
     /// Why the backend leaves out the primitives it does not offer, in
     /// one sentence: the `why` of the [`Error::Unsupported`](crate::Error::Unsupported)
     /// an acquire of one of them returns. `None` when the driver gives no
@@ -89,6 +93,7 @@ impl Capabilities {
             min_ttl,
             read_write: false,
             semaphores: false,
+            lists_holders: false,
             why_not: None,
         }
     }
@@ -104,6 +109,13 @@ impl Capabilities {
     #[must_use]
     pub const fn with_semaphores(mut self) -> Self {
         self.semaphores = true;
+        self
+    }
+
+    /// The backend lists holders ([`lists_holders`](Self::lists_holders)).
+    #[must_use]
+    pub const fn with_holders(mut self) -> Self {
+        self.lists_holders = true;
         self
     }
 

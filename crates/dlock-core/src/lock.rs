@@ -269,6 +269,48 @@ pub trait Lock: Clone + Send + Sync + 'static {
         self.acquire_claim(key, Claim::Permits { count, limit }, opts)
     }
 
+    /// Every holder of anything named `key`: the mutex's, the read-write
+    /// lock's writer or readers, the semaphore's permit holders (waiters
+    /// left out), each with its [`Role`](crate::Role). Empty when nobody
+    /// holds. For operators and messages: by the time it is read it may be
+    /// stale, so never decide with it who holds a lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the backend cannot list holders (the
+    /// default: Redlock's nodes each know only their own part);
+    /// [`Error::InvalidKey`], [`Error::Unavailable`] or [`Error::Backend`]
+    /// as an acquire of `key` would meet them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    fn holders(&self, key: &LockKey) -> impl Future<Output = Result<Vec<crate::Holder>>> + Send {
+        let _ = key;
+        let e = Error::Unsupported {
+            backend: self.backend(),
+            what: "listing holders",
+            why: "the driver cannot tell who holds a name",
+        };
+        async move { Err(e) }
+    }
+
+    /// The first holder [`holders`](Self::holders) lists (of a name used
+    /// as one kind of lock, as names are meant to be: the mutex's holder,
+    /// the writer, or the first reader or permit holder), `None` if nobody
+    /// holds `key`.
+    ///
+    /// # Errors
+    ///
+    /// As [`holders`](Self::holders).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    fn holder(&self, key: &LockKey) -> impl Future<Output = Result<Option<crate::Holder>>> + Send {
+        async move { Ok(self.holders(key).await?.into_iter().next()) }
+    }
+
     /// Acquires every name of `keys` together, or none of them: the names
     /// are taken one by one in one global order (by name, so two clients
     /// asking for `{a, b}` and `{b, a}` never deadlock), with `opts` for

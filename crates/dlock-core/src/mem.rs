@@ -113,7 +113,7 @@ enum Share {
 
 #[derive(Default)]
 struct Entry {
-    holders: Vec<Holder>,
+    holders: Vec<Member>,
     waiters: VecDeque<Waiter>,
 }
 
@@ -137,13 +137,15 @@ impl Entry {
         }
     }
 
-    fn holder(&self, id: u64) -> Option<&Holder> {
+    fn holder(&self, id: u64) -> Option<&Member> {
         self.holders.iter().find(|h| h.id == id)
     }
 }
 
-struct Holder {
+/// A holder of a name.
+struct Member {
     id: u64,
+    token: FencingToken,
     deadline: Instant,
     lost: LostTrigger,
     claim: Share,
@@ -190,8 +192,9 @@ impl Server {
         let token = FencingToken::new(st.last_token);
         let deadline = crate::driver::saturating_add(Instant::now(), ttl);
         let (trigger, signal) = LostSignal::pair();
-        st.keys.entry(name.clone()).or_default().holders.push(Holder {
+        st.keys.entry(name.clone()).or_default().holders.push(Member {
             id,
+            token,
             deadline,
             lost: trigger.clone(),
             claim,
@@ -544,6 +547,47 @@ impl Lock for MemLock {
         Capabilities::new(Fencing::Strict, true, Waiting::Notified, MEM_MIN_TTL)
             .with_read_write()
             .with_semaphores()
+            .with_holders()
+    }
+
+    /// See [`Lock::holders`]: the live holders of the name's mutex, then
+    /// its read-write lock, then its semaphore, each with its token and
+    /// remaining TTL (`id` is `mem:` and the grant's number).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] after [`MemLock::abandon`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Done at once (nothing is awaited).
+    async fn holders(&self, key: &LockKey) -> Result<Vec<crate::Holder>> {
+        self.check_up()?;
+        let now = Instant::now();
+        let st = self.server.state();
+        let mut all = Vec::new();
+        for kind in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore] {
+            let Some(entry) = st.keys.get(&(kind, key.clone())) else {
+                continue;
+            };
+            for m in entry.holders.iter().filter(|m| m.deadline > now) {
+                let role = match (kind, m.claim) {
+                    (_, Share::Permits { count, .. }) => crate::Role::Permits(count),
+                    (Kind::ReadWrite, Share::Shared) => crate::Role::Read,
+                    (Kind::ReadWrite, _) => crate::Role::Write,
+                    _ => crate::Role::Mutex,
+                };
+                all.push(crate::Holder {
+                    role,
+                    id: format!("mem:{}", m.id),
+                    detail: String::new(),
+                    token: Some(m.token.get()),
+                    remaining: Some(m.deadline.saturating_duration_since(now)),
+                    since: None,
+                });
+            }
+        }
+        Ok(all)
     }
 
     /// See [`Lock::grant`]: FIFO for every claim; mutexes, read-write

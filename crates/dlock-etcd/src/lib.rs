@@ -54,7 +54,7 @@ mod session;
 
 pub use config::EtcdConfig;
 pub use guard::EtcdGuard;
-pub use lock::{EtcdLock, Holder};
+pub use lock::EtcdLock;
 pub use session::MIN_TTL;
 
 /// The examples of this crate's README, compiled and run as doctests.

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::driver::endpoint_of;
 use dlock_core::{
-    AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Unreachable, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, Holder, Lock, LockKey, Result, Unreachable, Wait,
+    Waiting,
 };
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
@@ -81,23 +82,6 @@ pub(crate) struct Inner {
     /// one, not one each.
     opening: tokio::sync::Mutex<()>,
     host: String,
-}
-
-/// Who holds a lock, for operators: see [`EtcdLock::holder`] and
-/// [`EtcdLock::holders`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// What it holds: the mutex, a read, the write, permits.
-    pub role: dlock_core::Role,
-    /// The holder's key (`{prefix}{name}/{lease:x}-{n:x}`, the lease in hex and a per-acquire number).
-    pub key: String,
-    /// The lease the key is attached to.
-    pub lease: i64,
-    /// The key's create revision: the holder's fencing token.
-    pub create_revision: i64,
-    /// The key's value: `host pid unix-ms` when dlock wrote it (`etcdctl
-    /// lock` writes an empty value).
-    pub value: String,
 }
 
 impl EtcdLock {
@@ -213,68 +197,6 @@ impl EtcdLock {
         format!("{}{}/", self.inner.config.key_prefix, key.as_str())
     }
 
-    /// Who holds `key`: the contender with the lowest create revision, and
-    /// what it holds by its key's layout: the mutex, a read or the write
-    /// of the read-write lock, or its count of the semaphore's permits
-    /// ([`Role::Permits`](dlock_core::Role::Permits); a key under `sem/` of
-    /// another layout holds every permit and shows `u32::MAX`). The others
-    /// holding with it (readers, permits): [`holders`](Self::holders).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
-        let first = protocol::holder(
-            &self.inner.conn.client,
-            &self.lock_prefix(key),
-            self.inner.config.request_timeout,
-        )
-        .await?;
-        Ok(first.map(|(role, kv)| Holder {
-            role,
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            lease: kv.lease(),
-            create_revision: kv.create_revision(),
-            value: String::from_utf8_lossy(kv.value()).into_owned(),
-        }))
-    }
-
-    /// Every holder of anything named `key`, in create order: the mutex's
-    /// first contender, the read-write lock's write or reads, the
-    /// semaphore's keys that fit their limit (waiters are left out; a key
-    /// under `sem/` of another layout takes every permit, shown as
-    /// `Role::Permits(u32::MAX)`, and holds when it is first).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
-        let found = protocol::holding(
-            &self.inner.conn.client,
-            &self.lock_prefix(key),
-            self.inner.config.request_timeout,
-        )
-        .await?;
-        Ok(found
-            .into_iter()
-            .map(|(role, kv)| Holder {
-                role,
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                lease: kv.lease(),
-                create_revision: kv.create_revision(),
-                value: String::from_utf8_lossy(kv.value()).into_owned(),
-            })
-            .collect())
-    }
-
     /// Every contender key (holders and waiters) under `{prefix}{namespace}`.
     ///
     /// # Errors
@@ -374,6 +296,49 @@ impl Lock for EtcdLock {
         Capabilities::new(Fencing::Strict, true, Waiting::Notified, MIN_TTL)
             .with_read_write()
             .with_semaphores()
+            .with_holders()
+    }
+
+    /// See [`Lock::holders`]: every holder of anything named `key`, in
+    /// create order: the mutex's first contender, the read-write lock's
+    /// write or reads, the semaphore's keys that fit their limit (waiters
+    /// are left out; a key under `sem/` of another layout takes every
+    /// permit, shown as `Role::Permits(u32::MAX)`, and holds when it is
+    /// first). `id` is the holder's key (`{prefix}{name}/{lease:x}-{n:x}`,
+    /// its lease in hex and a per-acquire number), `token` its create
+    /// revision, `detail` its value (`host pid unix-ms` when dlock wrote
+    /// it; `etcdctl lock` writes an empty value). etcd does not say how
+    /// long a lease has left without a call per lease: `remaining` is
+    /// `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let found = protocol::holding(
+            &self.inner.conn.client,
+            &self.lock_prefix(key),
+            self.inner.config.request_timeout,
+        )
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(role, kv)| {
+                let detail = String::from_utf8_lossy(kv.value()).into_owned();
+                Holder {
+                    role,
+                    id: String::from_utf8_lossy(kv.key()).into_owned(),
+                    since: dlock_core::driver::since_of_detail(&detail),
+                    detail,
+                    token: u64::try_from(kv.create_revision()).ok(),
+                    remaining: None,
+                }
+            })
+            .collect())
     }
 
     /// See [`Lock::grant`]. Every claim is a key on the session's lease,

@@ -735,31 +735,6 @@ pub(crate) async fn holding(
     Ok(found)
 }
 
-/// The first contender under `pfx` (the key with the lowest create
-/// revision: it holds whatever it is) and what it holds.
-pub(crate) async fn holder(
-    client: &Client,
-    pfx: &str,
-    timeout: Duration,
-) -> Result<Option<(dlock_core::Role, KeyValue)>> {
-    use dlock_core::Role;
-    let resp = get(client, pfx.as_bytes(), first_created(), timeout).await?;
-    Ok(resp.kvs().first().map(|kv| {
-        let rest = std::str::from_utf8(kv.key())
-            .ok()
-            .and_then(|k| k.strip_prefix(pfx))
-            .unwrap_or_default();
-        let role = match Kind::of(rest) {
-            Kind::Read => Role::Read,
-            Kind::Write => Role::Write,
-            Kind::Permits(share) => Role::Permits(share.count()),
-            // A key of a longer name contends as a mutex's would (Go's layout).
-            Kind::Mutex | Kind::Other => Role::Mutex,
-        };
-        (role, kv.clone())
-    }))
-}
-
 /// A write that happens only while we hold the lock: `Txn(If
 /// create_revision(my_key) == my_rev, Then put(key, value))`.
 pub(crate) async fn put_if_owner(

@@ -62,7 +62,7 @@ async fn etcdctl_lock_and_dlock_exclude_each_other() {
     })
     .await;
     let theirs = lock.holder(&k).await.unwrap().unwrap();
-    assert!(theirs.key.starts_with(&format!("{name}/")), "{theirs:?}");
+    assert!(theirs.id.starts_with(&format!("{name}/")), "{theirs:?}");
     assert!(
         lock.try_acquire(&k, AcquireOptions::default())
             .await
@@ -74,7 +74,7 @@ async fn etcdctl_lock_and_dlock_exclude_each_other() {
         .await
         .unwrap();
     assert!(held.wait().unwrap().success());
-    assert!(g.token().unwrap().get() > u64::try_from(theirs.create_revision).unwrap());
+    assert!(g.token().unwrap().get() > theirs.token.unwrap());
 
     // dlock holds NAME: etcdctl waits (and is stopped by `timeout`).
     let blocked = Command::new("timeout")
@@ -717,7 +717,7 @@ async fn a_foreign_semaphore_key_with_a_huge_count_admits_nobody() {
         );
     }
     let holders = a.holders(&k).await.unwrap();
-    let seen: Vec<(Role, &str)> = holders.iter().map(|h| (h.role, h.key.as_str())).collect();
+    let seen: Vec<(Role, &str)> = holders.iter().map(|h| (h.role, h.id.as_str())).collect();
     assert_eq!(seen, [(Role::Permits(u32::MAX), planted.as_str())]);
     etcdctl(&f.config.endpoints, &["del", &planted]).unwrap();
     let g = a.acquire_permits(&k, 1, 1, now).await.unwrap();
@@ -739,7 +739,7 @@ async fn holder_reports_what_the_holder_holds() {
     let sem = key(&unique("role-sem"));
     let g = lock.acquire_permits(&sem, 2, 3, opts).await.unwrap();
     let h = lock.holder(&sem).await.unwrap().expect("a holder");
-    assert_eq!((h.role, h.key.as_str()), (Role::Permits(2), g.etcd_key()));
+    assert_eq!((h.role, h.id.as_str()), (Role::Permits(2), g.etcd_key()));
     assert_eq!(lock.holders(&sem).await.unwrap(), [h]);
     g.release().await.unwrap();
     let rw = key(&unique("role-rw"));

@@ -208,7 +208,7 @@ async fn mutex_layouts_agree_with_go_and_etcdctl() {
         .unwrap()
         .expect("Go's holder, seen by us");
     assert_eq!(
-        (h.key.as_str(), h.create_revision),
+        (h.id.as_str(), h.token.map(|t| t as i64).unwrap_or(-1)),
         (first.node.as_str(), first.token as i64)
     );
     assert_eq!(h.role, Role::Mutex);
@@ -224,7 +224,7 @@ async fn mutex_layouts_agree_with_go_and_etcdctl() {
     g2.behind(&ctl_key).await.unwrap();
     let listed = f.admin.holders(&k).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0].key, first.node);
+    assert_eq!(listed[0].id, first.node);
     g1.release().await.unwrap();
     let g = ours.await.unwrap().unwrap();
     assert_eq!(g.etcd_key(), our_key);
@@ -240,15 +240,15 @@ async fn mutex_layouts_agree_with_go_and_etcdctl() {
         "Go's view of our holder"
     );
     g.extend(LIMIT).await.unwrap();
-    assert_eq!(f.admin.holder(&k).await.unwrap().unwrap().key, our_key);
+    assert_eq!(f.admin.holder(&k).await.unwrap().unwrap().id, our_key);
     g.release().await.unwrap();
     assert_eq!(ctl.granted().await, ctl_key);
     let h = f.admin.holder(&k).await.unwrap().unwrap();
-    assert_eq!(h.key, ctl_key);
-    assert!(h.create_revision as u64 > ours_token);
+    assert_eq!(h.id, ctl_key);
+    assert!(h.token.unwrap() > ours_token);
     ctl.stop().await;
     let second = g2.granted().await.unwrap();
-    assert!(second.token > h.create_revision as u64);
+    assert!(second.token > h.token.unwrap());
     g2.release().await.unwrap();
     go.close().await;
     until("nothing left behind", async || {
@@ -276,7 +276,7 @@ async fn read_write_layouts_agree_with_go() {
             .await
             .unwrap()
             .into_iter()
-            .map(|h| (h.role, h.key))
+            .map(|h| (h.role, h.id))
             .collect();
         all.sort_by(|a, b| a.1.cmp(&b.1));
         all

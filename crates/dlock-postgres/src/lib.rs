@@ -16,7 +16,7 @@
 //! let key = LockKey::new("nightly-report")?;
 //! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
 //! let token = guard.token().expect("postgres gives fencing tokens");
-//! assert_eq!(lock.holder(&key).await?.map(|h| h.fence), Some(token.get() as i64));
+//! assert_eq!(lock.holder(&key).await?.and_then(|h| h.token), Some(token.get()));
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -100,5 +100,5 @@ mod protocol;
 
 pub use config::PostgresConfig;
 pub use guard::PostgresGuard;
-pub use lock::{Holder, PostgresLock};
+pub use lock::PostgresLock;
 pub use protocol::MIN_TTL;

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dlock_core::driver::saturating_add;
 use dlock_core::{
-    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Holder, Lock, LockKey, Result, Wait,
+    Waiting,
 };
 
 use crate::config::PostgresConfig;
@@ -32,27 +33,6 @@ pub struct PostgresLock {
 struct Inner {
     conn: Arc<Conn>,
     host: String,
-}
-
-/// Who holds a name, for operators: see [`PostgresLock::holder`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// The row's `locked_by`: `dlock1 <nonce> <host> <pid> <unix ms>` when
-    /// dlock wrote it (ShedLock writes its host name).
-    pub locked_by: String,
-    /// How much longer the grant lives.
-    pub remaining: Option<Duration>,
-    /// The row's fence: the latest grant's token.
-    pub fence: i64,
-}
-
-impl Holder {
-    /// When the holder acquired, if dlock wrote the row (wall clock;
-    /// display only).
-    pub fn since(&self) -> Option<SystemTime> {
-        let ms: u64 = self.locked_by.split(' ').nth(4)?.parse().ok()?;
-        UNIX_EPOCH.checked_add(Duration::from_millis(ms))
-    }
 }
 
 impl PostgresLock {
@@ -98,23 +78,6 @@ impl PostgresLock {
     /// The configuration this handle was connected with.
     pub fn config(&self) -> &PostgresConfig {
         self.inner.conn.config()
-    }
-
-    /// Who holds `key` and for how much longer; `None` if nobody does.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when PostgreSQL fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
-        Ok(self.inner.conn.holder(key.as_str()).await?.map(|r| Holder {
-            locked_by: r.locked_by,
-            remaining: r.remaining,
-            fence: r.fence,
-        }))
     }
 
     /// The names held now that start with `prefix`, sorted.
@@ -263,7 +226,37 @@ impl Lock for PostgresLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL)
+        Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL).with_holders()
+    }
+
+    /// See [`Lock::holders`]: the holder of the name's row while its
+    /// lease runs (at most one: mutexes only). `id` is
+    /// `schema.table/name`, `detail` the row's `locked_by` (`dlock1 <nonce>
+    /// <host> <pid> <unix ms>` when dlock wrote it; ShedLock writes its host
+    /// name), `token` its fence (`None` for a row ShedLock wrote, whose
+    /// fence is 0), `remaining` what is left of its lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when PostgreSQL fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let config = self.config();
+        let found = self.inner.conn.holder(key.as_str()).await?;
+        Ok(found
+            .into_iter()
+            .map(|row| Holder {
+                role: dlock_core::Role::Mutex,
+                id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
+                since: since_of_locked_by(&row.locked_by),
+                detail: row.locked_by,
+                token: u64::try_from(row.fence).ok().filter(|&t| t > 0),
+                remaining: row.remaining,
+            })
+            .collect())
     }
 
     /// See [`Lock::grant`]: mutexes only ([`Claim::Mutex`]; the others are
@@ -294,4 +287,11 @@ impl Lock for PostgresLock {
             other => Err(other.unsupported(BACKEND)),
         }
     }
+}
+
+/// When a holder acquired, if dlock wrote its `locked_by` (`dlock1 <nonce>
+/// <host> <pid> <unix ms>`; wall clock, display only).
+fn since_of_locked_by(locked_by: &str) -> Option<SystemTime> {
+    let ms: u64 = locked_by.split(' ').nth(4)?.parse().ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }

@@ -100,7 +100,7 @@ async fn held_locks_and_tokens_survive_a_restart() {
             Err(e) => panic!("holder after a restart: {e:?}"),
         }
     };
-    assert_eq!(still.map(|h| h.fence), Some(i64::try_from(before.get()).unwrap()));
+    assert_eq!(still.and_then(|h| h.token), Some(before.get()));
     assert!(
         matches!(
             lock.acquire(&k, opts.wait(Wait::No)).await,
@@ -231,7 +231,7 @@ async fn shedlock_and_dlock_exclude_each_other() {
         matches!(lock.acquire(&k, now_opts).await, Err(Error::Timeout { .. })),
         "dlock took a name ShedLock holds"
     );
-    assert_eq!(lock.holder(&k).await.unwrap().unwrap().locked_by, host);
+    assert_eq!(lock.holder(&k).await.unwrap().unwrap().detail, host);
     admin.execute(&shed_unlock, &[&name, &host]).await.unwrap();
     let g = lock.acquire(&k, now_opts).await.unwrap();
     let taken = admin
@@ -441,8 +441,8 @@ async fn a_timed_out_acquire_leaves_no_grant_behind() {
         .unwrap_or_else(|e| panic!("the timed-out attempt left the name held: {e}"));
     assert!(asked.elapsed() < Duration::from_secs(10));
     assert_eq!(
-        b.holder(&k).await.unwrap().map(|h| h.fence),
-        Some(i64::try_from(g.token().unwrap().get()).unwrap())
+        b.holder(&k).await.unwrap().and_then(|h| h.token),
+        Some(g.token().unwrap().get())
     );
     g.release().await.unwrap();
     // The handle that timed out works on: a new connection.
@@ -601,7 +601,7 @@ async fn a_fence_column_that_is_not_bigint_is_a_config_error() {
         admin.batch_execute(&fix).await.unwrap();
         let lock = PostgresLock::connect(config).await.unwrap();
         let held = LockKey::new("held").unwrap();
-        assert_eq!(lock.holder(&held).await.unwrap().map(|h| h.fence), Some(7));
+        assert_eq!(lock.holder(&held).await.unwrap().and_then(|h| h.token), Some(7));
         let g = lock
             .acquire(&key("fence"), AcquireOptions::default())
             .await

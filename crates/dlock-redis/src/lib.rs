@@ -17,7 +17,7 @@
 //! let key = LockKey::new("nightly-report")?;
 //! let guard = lock.acquire(&key, AcquireOptions::default().ttl(Duration::from_secs(30))).await?;
 //! let token = guard.token().expect("redis gives fencing tokens");
-//! assert_eq!(lock.holder(&key).await?.and_then(|h| h.fence_counter), Some(token.get()));
+//! assert_eq!(lock.holder(&key).await?.and_then(|h| h.token), Some(token.get()));
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -65,7 +65,7 @@
 //!   counter, like the mutex. A write's or a permit's release wakes every
 //!   waiter of the name (`*`: one release can admit several); a read's
 //!   only when it was the last reader (only a writer can be waiting then).
-//!   [`RedisLock::holders`] lists every holder of a name, each with its
+//!   [`Lock::holders`](dlock_core::Lock::holders) lists every holder of a name, each with its
 //!   own token: a reader's or a permit holder's member carries it
 //!   (`<value> t<token>`), as its guard's `token()` reports it.
 //! - (`{KEY}` stands for the lock key in braces, its hash tag; a key that
@@ -109,7 +109,7 @@ pub use dlock_redis_protocol::scripts;
 pub use config::RedisConfig;
 pub use dlock_redis_protocol::redact_url;
 pub use guard::RedisGuard;
-pub use lock::{Holder, RedisLock};
+pub use lock::RedisLock;
 pub use protocol::MIN_TTL;
 
 /// The examples of this crate's README, compiled and run as doctests.

@@ -1,11 +1,12 @@
 //! [`RedisLock`]: connecting, acquiring, waiting, and the operator views.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{
-    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Lock, LockKey, Result, Wait, Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Holder, Lock, LockKey, Result, Role,
+    Wait, Waiting,
 };
 use dlock_redis_protocol::calls::{Family, Fenced};
 use dlock_redis_protocol::host_name;
@@ -68,51 +69,6 @@ enum Attempt {
     Held {
         pttl: Option<Duration>,
     },
-}
-
-/// Who holds a key, for operators: see [`RedisLock::holder`] and
-/// [`RedisLock::holders`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// What it holds: the mutex, a read, the write, permits.
-    pub role: dlock_core::Role,
-    /// The Redis key that holds it: the lock key, or (a read, a write,
-    /// permits) the readers', writer's or holders' key beside it.
-    pub key: String,
-    /// The raw value of the lock key (of a reader or permit holder: its
-    /// value, its member in the sorted set without the count and token).
-    pub value: String,
-    /// The holder's host, pid and acquire time, when dlock wrote the value
-    /// (`None` for a lock set by another client).
-    pub info: Option<scripts::ValueInfo>,
-    /// How much longer the lock lives; `None` if it was set without expiry.
-    pub remaining: Option<Duration>,
-    /// The name's fence counter: the token of the name's latest grant, of
-    /// any primitive and by anyone (when present) — not necessarily this
-    /// holder's: see [`token`](Self::token).
-    pub fence_counter: Option<u64>,
-    /// This holder's own fencing token, as its guard's
-    /// [`token()`](dlock_core::Guard::token) reports it, where it is known:
-    ///
-    /// - a reader's and a permit holder's is stored with it (its member
-    ///   ends in ` t<token>`); `None` for one granted by a dlock that did
-    ///   not store it yet (never a token that is not its own);
-    /// - the mutex's and the writer's is not stored: it is the name's
-    ///   [`fence_counter`](Self::fence_counter). No grant of their own
-    ///   primitive (nor, for the writer, a read) can bump it while they
-    ///   hold, so it is theirs unless the same name was since granted as
-    ///   another primitive (a name is meant for one kind of lock only), or
-    ///   `None` once the counter lapsed (24 h after the name's last grant).
-    pub token: Option<u64>,
-}
-
-impl Holder {
-    /// When the holder acquired (wall clock; for display only).
-    pub fn since(&self) -> Option<SystemTime> {
-        self.info
-            .as_ref()
-            .and_then(|i| UNIX_EPOCH.checked_add(Duration::from_millis(i.since_unix_ms)))
-    }
 }
 
 impl RedisLock {
@@ -184,7 +140,10 @@ impl RedisLock {
         Ok(lock_key)
     }
 
-    /// Who holds `key` and for how much longer; `None` if nobody does.
+    /// The name's fence counter: the token of the latest grant of `key`,
+    /// of any primitive and by anyone; `None` if it is absent (never
+    /// granted, or lapsed 24 h after the last grant). The token of the
+    /// mutex's holder and of the writer, which is not stored with them.
     ///
     /// # Errors
     ///
@@ -194,68 +153,9 @@ impl RedisLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
+    pub async fn fence_counter(&self, key: &LockKey) -> Result<Option<u64>> {
         let lock_key = self.redis_key(key)?;
-        let Some(held) = self.inner.conn.held_by(&lock_key).await? else {
-            return Ok(None);
-        };
-        Ok(Some(Holder {
-            role: dlock_core::Role::Mutex,
-            key: lock_key,
-            info: scripts::parse_value(&held.value),
-            value: held.value,
-            remaining: held.remaining,
-            fence_counter: held.fence_counter,
-            token: held.fence_counter,
-        }))
-    }
-
-    /// Every holder of anything named `key`: the mutex's (as
-    /// [`holder`](Self::holder)), then the read-write lock's writer and
-    /// readers, then the semaphore's permit holders. Expired readers and
-    /// permits are left out. Each one's [`token`](Holder::token) is its
-    /// own (readers, permit holders: as stored with it); the
-    /// [`fence_counter`](Holder::fence_counter) is the name's, the latest
-    /// grant's token.
-    ///
-    /// # Errors
-    ///
-    /// As [`holder`](Self::holder).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
-        let lock_key = self.redis_key(key)?;
-        let mut all: Vec<Holder> = self.holder(key).await?.into_iter().collect();
-        let fence_counter = match &all[..] {
-            [mutex] => mutex.fence_counter,
-            _ => self.inner.conn.fence_counter(&lock_key).await?,
-        };
-        for semaphore in [false, true] {
-            for found in self.inner.conn.family_holders(semaphore, &lock_key).await? {
-                let (role, suffix, token) = match found.family {
-                    Family::Read => (dlock_core::Role::Read, scripts::READERS_SUFFIX, found.token),
-                    // The writer's own token is not stored (see `Holder::token`).
-                    Family::Write => (dlock_core::Role::Write, scripts::WRITER_SUFFIX, fence_counter),
-                    Family::Permits { count, .. } => (
-                        dlock_core::Role::Permits(count),
-                        scripts::PERMITS_SUFFIX,
-                        found.token,
-                    ),
-                };
-                all.push(Holder {
-                    role,
-                    key: scripts::companion_key(&lock_key, suffix),
-                    info: scripts::parse_value(&found.value),
-                    value: found.value,
-                    remaining: found.remaining,
-                    fence_counter,
-                    token,
-                });
-            }
-        }
-        Ok(all)
+        self.inner.conn.fence_counter(&lock_key).await
     }
 
     /// The lock keys (without the configured prefix) that are held now and
@@ -400,6 +300,76 @@ impl Lock for RedisLock {
         Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL)
             .with_read_write()
             .with_semaphores()
+            .with_holders()
+    }
+
+    /// See [`Lock::holders`]: the mutex's holder (its `id` is the lock
+    /// key), then the read-write lock's writer and readers, then the
+    /// semaphore's permit holders (`id`: the companion key beside the lock
+    /// key). Expired readers and permits are left out. `remaining` is
+    /// `None` for a key set without expiry.
+    ///
+    /// Tokens: a reader's and a permit holder's is stored with it (its
+    /// member ends in ` t<token>`; `None` for one granted by a dlock that
+    /// did not store it yet, never a token that is not its own). The
+    /// mutex's and the writer's is not stored: it is the name's
+    /// [`fence_counter`](RedisLock::fence_counter). No grant of their own
+    /// primitive (nor, for the writer, a read) can bump it while they hold,
+    /// so it is theirs unless the same name was since granted as another
+    /// primitive (a name is meant for one kind of lock only), or `None`
+    /// once the counter lapsed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when Redis fails;
+    /// [`Error::InvalidKey`] as [`RedisLock::redis_key`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let lock_key = self.redis_key(key)?;
+        let mutex = self.inner.conn.held_by(&lock_key).await?;
+        let fence_counter = match &mutex {
+            Some(held) => held.fence_counter,
+            None => self.inner.conn.fence_counter(&lock_key).await?,
+        };
+        let since = |value: &str| {
+            scripts::parse_value(value)
+                .and_then(|i| UNIX_EPOCH.checked_add(Duration::from_millis(i.since_unix_ms)))
+        };
+        let mut all: Vec<Holder> = mutex
+            .into_iter()
+            .map(|held| Holder {
+                role: Role::Mutex,
+                id: lock_key.clone(),
+                since: since(&held.value),
+                detail: held.value,
+                token: held.fence_counter,
+                remaining: held.remaining,
+            })
+            .collect();
+        for semaphore in [false, true] {
+            for found in self.inner.conn.family_holders(semaphore, &lock_key).await? {
+                let (role, suffix, token) = match found.family {
+                    Family::Read => (Role::Read, scripts::READERS_SUFFIX, found.token),
+                    // The writer's own token is not stored (see above).
+                    Family::Write => (Role::Write, scripts::WRITER_SUFFIX, fence_counter),
+                    Family::Permits { count, .. } => {
+                        (Role::Permits(count), scripts::PERMITS_SUFFIX, found.token)
+                    }
+                };
+                all.push(Holder {
+                    role,
+                    id: scripts::companion_key(&lock_key, suffix),
+                    since: since(&found.value),
+                    detail: found.value,
+                    token,
+                    remaining: found.remaining,
+                });
+            }
+        }
+        Ok(all)
     }
 
     /// See [`Lock::grant`]. One script per attempt; a waiter subscribes to

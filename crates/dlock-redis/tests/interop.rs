@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, Guard, Lock, LockKey, Role, Wait};
+use dlock_redis::scripts::parse_value as info;
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, shared};
 use dlock_testkit::reference::Holds;
@@ -145,13 +146,13 @@ async fn fixed_order(prefix: &str) {
     assert_eq!(
         listed
             .iter()
-            .map(|h| (h.role, h.key.as_str(), h.value.as_str()))
+            .map(|h| (h.role, h.id.as_str(), h.detail.as_str()))
             .collect::<Vec<_>>(),
         [(Role::Mutex, name.as_str(), value.as_str())],
         "our view of redis-py's holder: {listed:?}"
     );
     assert!(
-        listed[0].info.is_none(),
+        info(&listed[0].detail).is_none(),
         "redis-py's value read as ours: {listed:?}"
     );
     assert!(
@@ -198,7 +199,7 @@ async fn fixed_order(prefix: &str) {
     .await;
     assert!(!waiter.is_finished(), "our waiter ended while redis-py held");
     assert_eq!(
-        ours.holder(&k).await.unwrap().map(|h| h.value),
+        ours.holder(&k).await.unwrap().map(|h| h.detail),
         Some(value),
         "redis-py is the holder our waiter waits for"
     );

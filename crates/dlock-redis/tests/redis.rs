@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
+use dlock_redis::scripts::parse_value as info;
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, redis::command};
 
@@ -78,8 +79,8 @@ async fn plain_set_nx_px_locks_and_dlock_exclude_each_other() {
     );
     assert!(lock.try_acquire(&k, opts).await.unwrap().is_none());
     let holder = lock.holder(&k).await.unwrap().unwrap();
-    assert_eq!(holder.value, "other-client");
-    assert!(holder.info.is_none());
+    assert_eq!(holder.detail, "other-client");
+    assert!(info(&holder.detail).is_none());
     assert!(holder.remaining.is_some_and(|r| r <= Duration::from_secs(10)));
     assert_eq!(command(a, &["DEL", &name]).await.unwrap(), ":1");
 
@@ -195,12 +196,12 @@ async fn holder_names_this_process_and_the_token() {
         .await
         .unwrap();
     let h = lock.holder(&k).await.unwrap().unwrap();
-    let info = h.info.clone().unwrap();
+    let info = info(&h.detail).unwrap();
     assert_eq!(info.pid, std::process::id());
     assert!(!info.host.is_empty());
     assert!(h.remaining.unwrap() <= Duration::from_secs(20));
-    assert_eq!(h.fence_counter, g.token().map(|t| t.get()));
-    assert!(h.since().is_some());
+    assert_eq!(lock.fence_counter(&k).await.unwrap(), g.token().map(|t| t.get()));
+    assert!(h.since.is_some());
     assert_eq!(lock.keys_in_use("").await.unwrap(), vec!["who".to_owned()]);
     g.release().await.unwrap();
     assert!(lock.keys_in_use("").await.unwrap().is_empty());
@@ -758,9 +759,9 @@ async fn read_write_and_semaphore_holders_are_listed_and_a_crashed_writers_mark_
     let roles: Vec<Role> = holders.iter().map(|h| h.role).collect();
     assert_eq!(roles, [Role::Read, Role::Read, Role::Permits(2)], "{holders:?}");
     for h in &holders {
-        assert_eq!(h.info.as_ref().unwrap().pid, std::process::id());
+        assert_eq!(info(&h.detail).unwrap().pid, std::process::id());
         assert!(h.remaining.unwrap() <= Duration::from_secs(20));
-        assert_eq!(h.fence_counter, p.token().map(|t| t.get()));
+        assert_eq!(a.fence_counter(&k).await.unwrap(), p.token().map(|t| t.get()));
     }
     assert_eq!(a.keys_in_use("").await.unwrap(), vec!["family".to_owned()]);
     // The sets live exactly as long as their last member.
@@ -853,7 +854,7 @@ async fn holders_list_each_reader_with_its_own_token() {
     assert!(t1.is_some() && t1 < t2, "{t1:?} then {t2:?}");
     assert_eq!(listed_tokens(&c, &k, reads).await, [t1, t2]);
     for h in c.holders(&k).await.unwrap() {
-        assert_eq!(h.info.unwrap().pid, std::process::id(), "{}", h.value);
+        assert_eq!(info(&h.detail).unwrap().pid, std::process::id(), "{}", h.detail);
     }
 
     // A later grant to someone else moves the name's counter, not theirs.
@@ -861,14 +862,17 @@ async fn holders_list_each_reader_with_its_own_token() {
     let t3 = token(&later);
     assert!(t3 > t2);
     let holders = a.holders(&k).await.unwrap();
-    assert!(holders.iter().all(|h| h.fence_counter == t3), "{holders:?}");
+    assert!(
+        !holders.is_empty() && a.fence_counter(&k).await.unwrap() == t3,
+        "{holders:?}"
+    );
     assert_eq!(listed_tokens(&a, &k, reads).await, [t1, t2, t3]);
     r1.extend(Duration::from_secs(20)).await.unwrap();
     assert_eq!(listed_tokens(&a, &k, reads).await, [t1, t2, t3]);
 
     // A grant whose reply was lost is released by its plain value (the
     // token unknown): the release script finds the member.
-    let plain = holders.iter().find(|h| h.token == t3).unwrap().value.clone();
+    let plain = holders.iter().find(|h| h.token == t3).unwrap().detail.clone();
     let readers = companion_key(&a.redis_key(&k).unwrap(), READERS_SUFFIX);
     let raw = raw_client(&server).await;
     let released: i64 = raw
@@ -902,7 +906,10 @@ async fn holders_list_each_reader_with_its_own_token() {
         .find(|h| h.token.is_none())
         .unwrap();
     assert_eq!(
-        (old_holder.value.as_str(), old_holder.info.unwrap().host.as_str()),
+        (
+            old_holder.detail.as_str(),
+            info(&old_holder.detail).unwrap().host.as_str()
+        ),
         (old, "old-host")
     );
     let _: i64 = raw
@@ -956,7 +963,10 @@ async fn holders_list_each_permit_holder_with_its_own_token() {
     let t3 = token(&later);
     assert!(t3 > t2);
     let holders = a.holders(&k).await.unwrap();
-    assert!(holders.iter().all(|h| h.fence_counter == t3), "{holders:?}");
+    assert!(
+        !holders.is_empty() && a.fence_counter(&k).await.unwrap() == t3,
+        "{holders:?}"
+    );
     assert_eq!(listed_tokens(&a, &k, permits).await, [t1, t2, t3]);
     for (t, role) in [
         (t1, Role::Permits(1)),
@@ -965,7 +975,7 @@ async fn holders_list_each_permit_holder_with_its_own_token() {
     ] {
         let h = holders.iter().find(|h| h.token == t).unwrap();
         assert_eq!(h.role, role, "{h:?}");
-        assert_eq!(h.info.as_ref().unwrap().pid, std::process::id(), "{h:?}");
+        assert_eq!(info(&h.detail).unwrap().pid, std::process::id(), "{h:?}");
     }
     // Full: 1 + 2 + 1 of 4, counted from the members that carry tokens.
     assert!(matches!(

@@ -41,6 +41,7 @@ macro_rules! __with_scenarios {
         $($callback)*! { ($($args)*)
             acquire_release_reacquire,
             try_acquire_held_and_free,
+            holders_name_the_grant,
             acquire_wait_times_out,
             mutual_exclusion_counter,
             tokens_increase_across_clients,

@@ -47,7 +47,7 @@ mod session;
 
 pub use config::{ZkAcl, ZkConfig};
 pub use guard::ZkGuard;
-pub use lock::{Holder, ZkLock};
+pub use lock::ZkLock;
 
 /// The examples of this crate's README, compiled and run as doctests.
 #[cfg(doctest)]

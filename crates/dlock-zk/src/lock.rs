@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use dlock_core::{AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
+use dlock_core::{
+    AcquireOptions, Capabilities, Claim, Error, Fencing, Holder, Lock, LockKey, Result, Wait, Waiting,
+};
 use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
@@ -60,23 +62,6 @@ pub(crate) struct Inner {
     session: tokio::sync::Mutex<Arc<Session>>,
     abandoned: Arc<AtomicBool>,
     host: String,
-}
-
-/// Who holds a lock, for operators: see [`ZkLock::holder`] and
-/// [`ZkLock::holders`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// What it holds: the mutex, a read, the write, permits (one per
-    /// lease node, as Curator's semaphore counts them).
-    pub role: dlock_core::Role,
-    /// The holder's node (full path).
-    pub node: String,
-    /// Its data: `host pid unix-ms` when dlock wrote it.
-    pub data: String,
-    /// Its `czxid`: the holder's fencing token.
-    pub czxid: i64,
-    /// The session that owns it.
-    pub session: i64,
 }
 
 impl ZkLock {
@@ -165,57 +150,6 @@ impl ZkLock {
             });
         }
         Ok(format!("{}/{name}", self.inner.config.root))
-    }
-
-    /// Who holds `key`: the first node in the queue.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails;
-    /// [`Error::InvalidKey`] as [`lock_path`](Self::lock_path).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holder(&self, key: &LockKey) -> Result<Option<Holder>> {
-        let dir = self.lock_path(key)?;
-        let client = self.session().await?.client()?;
-        let found = protocol::holder(&client, &dir, self.inner.config.request_timeout).await?;
-        Ok(found.map(|(name, data, stat)| Holder {
-            role: dlock_core::Role::Mutex,
-            node: format!("{dir}/{name}"),
-            data: String::from_utf8_lossy(&data).into_owned(),
-            czxid: stat.czxid,
-            session: stat.ephemeral_owner,
-        }))
-    }
-
-    /// Every holder of anything named `key`: the mutex's first node, the
-    /// read-write lock's writer or readers, the semaphore's leases (one
-    /// permit each; a waiter's are left out).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`] as [`lock_path`](Self::lock_path);
-    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
-        let dir = self.lock_path(key)?;
-        let client = self.session().await?.client()?;
-        let found = protocol::holding(&client, &dir, self.inner.config.request_timeout).await?;
-        Ok(found
-            .into_iter()
-            .map(|(role, node, data, stat)| Holder {
-                role,
-                node,
-                data: String::from_utf8_lossy(&data).into_owned(),
-                czxid: stat.czxid,
-                session: stat.ephemeral_owner,
-            })
-            .collect())
     }
 
     /// The lock nodes (holders and waiters, full paths: a mutex's,
@@ -346,6 +280,43 @@ impl Lock for ZkLock {
         Capabilities::new(Fencing::Strict, true, Waiting::Notified, timeout)
             .with_read_write()
             .with_semaphores()
+            .with_holders()
+    }
+
+    /// See [`Lock::holders`]: every holder of anything named `key`: the
+    /// mutex's first node, the read-write lock's writer or readers, the
+    /// semaphore's leases (one permit each, as Curator's semaphore counts
+    /// them; a waiter's are left out). `id` is the node's full path,
+    /// `token` its `czxid`, `detail` its data (`host pid unix-ms` when
+    /// dlock wrote it). A node lives as long as its session: `remaining`
+    /// is `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] as [`ZkLock::lock_path`];
+    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
+        let dir = self.lock_path(key)?;
+        let client = self.session().await?.client()?;
+        let found = protocol::holding(&client, &dir, self.inner.config.request_timeout).await?;
+        Ok(found
+            .into_iter()
+            .map(|(role, node, data, stat)| {
+                let detail = String::from_utf8_lossy(&data).into_owned();
+                Holder {
+                    role,
+                    id: node,
+                    since: dlock_core::driver::since_of_detail(&detail),
+                    detail,
+                    token: u64::try_from(stat.czxid).ok(),
+                    remaining: None,
+                }
+            })
+            .collect())
     }
 
     /// See [`Lock::grant`]: Curator's recipes (see the crate docs), which

@@ -342,28 +342,6 @@ pub(crate) async fn leases_fit(
     })
 }
 
-/// The holder of `dir`: the first contender, its data and stat.
-pub(crate) async fn holder(
-    client: &Client,
-    dir: &str,
-    timeout: Duration,
-) -> Result<Option<(String, Vec<u8>, Stat)>> {
-    let children = match tokio::time::timeout(timeout, client.list_children(dir)).await {
-        Ok(Err(zookeeper_client::Error::NoNode)) => return Ok(None),
-        Ok(r) => r.map_err(map_err)?,
-        Err(_) => return Err(Error::unavailable(BACKEND, "no answer while listing")),
-    };
-    for name in contenders(children) {
-        match tokio::time::timeout(timeout, client.get_data(&format!("{dir}/{name}"))).await {
-            Ok(Ok((data, stat))) => return Ok(Some((name, data, stat))),
-            Ok(Err(zookeeper_client::Error::NoNode)) => continue,
-            Ok(Err(e)) => return Err(map_err(e)),
-            Err(_) => return Err(Error::unavailable(BACKEND, "no answer while reading")),
-        }
-    }
-    Ok(None)
-}
-
 /// The children of `dir` (none if it does not exist).
 async fn children_of(client: &Client, dir: &str, timeout: Duration) -> Result<Vec<String>> {
     match tokio::time::timeout(timeout, client.list_children(dir)).await {

@@ -140,7 +140,7 @@ async fn mutex_layouts_agree_with_curator() {
             .unwrap()
             .expect("Curator's holder, seen by us");
         assert_eq!(
-            (h.node.as_str(), h.czxid),
+            (h.id.as_str(), h.token.map(|t| t as i64).unwrap_or(-1)),
             (first.node.as_str(), first.token as i64)
         );
         assert!(f.admin.try_acquire(&k, opts()).await.unwrap().is_none());
@@ -151,7 +151,7 @@ async fn mutex_layouts_agree_with_curator() {
         until("our waiter's node", async || nodes(&f.admin, &k).await == 2).await;
         let listed = f.admin.holders(&k).await.unwrap();
         assert_eq!(listed.len(), 1, "{listed:?}");
-        assert_eq!(listed[0].node, first.node);
+        assert_eq!(listed[0].id, first.node);
         let ours_node = f
             .admin
             .keys_in_use(k.as_str())
@@ -182,7 +182,7 @@ async fn mutex_layouts_agree_with_curator() {
         let second = c2.granted().await.unwrap();
         assert!(second.token > ours_token);
         let h = f.admin.holder(&k).await.unwrap().unwrap();
-        assert_eq!(h.node, second.node);
+        assert_eq!(h.id, second.node);
         c2.release().await.unwrap();
         // The next round (without auto-extend) starts as this one did.
         first = c1.acquire(Ask::Mutex(&path)).await.unwrap();
@@ -205,8 +205,8 @@ async fn read_write_layouts_agree_with_curator() {
     let path = f.admin.lock_path(&k).unwrap();
     let now = AcquireOptions::default().wait(Wait::No);
     let view = curator.contender("v");
-    let roles = |listed: &[dlock_zk::Holder]| -> Vec<(Role, String)> {
-        listed.iter().map(|h| (h.role, h.node.clone())).collect()
+    let roles = |listed: &[dlock_core::Holder]| -> Vec<(Role, String)> {
+        listed.iter().map(|h| (h.role, h.id.clone())).collect()
     };
 
     // 1. Our reader (without auto-extend), Curator's beside it.
@@ -366,7 +366,7 @@ async fn semaphore_fills_across_both_clients_and_lists_its_holders() {
         .await
         .unwrap()
         .into_iter()
-        .map(|h| (h.role, h.node, h.czxid))
+        .map(|h| (h.role, h.id, h.token.map(|t| t as i64).unwrap_or(-1)))
         .collect();
     listed.sort_by(|a, b| a.1.cmp(&b.1));
     let mut expected = vec![
@@ -401,7 +401,7 @@ async fn semaphore_fills_across_both_clients_and_lists_its_holders() {
     });
     until("our waiter's lease", async || nodes(&f.admin, &k).await == 4).await;
     let listed = f.admin.holders(&k).await.unwrap();
-    let mut nodes_listed: Vec<&str> = listed.iter().map(|h| h.node.as_str()).collect();
+    let mut nodes_listed: Vec<&str> = listed.iter().map(|h| h.id.as_str()).collect();
     nodes_listed.sort_unstable();
     let mut holding = vec![theirs.node.as_str(), third.node.as_str()];
     holding.sort_unstable();

@@ -135,14 +135,14 @@ async fn curator_nodes_are_honoured_in_order_and_ours_look_like_curators() {
         .unwrap();
     assert_eq!(g.node(), ours[0]);
     let holder = f.admin.holder(&k).await.unwrap().unwrap();
-    assert_eq!(holder.node, ours[0]);
+    assert_eq!(holder.id, ours[0]);
     assert_eq!(
-        Some(holder.czxid),
+        holder.token.map(|t| i64::try_from(t).unwrap()),
         g.token().map(|t| i64::try_from(t.get()).unwrap())
     );
     g.release().await.unwrap();
     assert_eq!(
-        f.admin.holder(&k).await.unwrap().unwrap().node,
+        f.admin.holder(&k).await.unwrap().unwrap().id,
         third,
         "the third contender is next"
     );
@@ -309,7 +309,7 @@ async fn a_short_disconnect_suspends_and_then_resumes() {
     proxy.set(Fault::None);
     until("connected again", async || g.is_held()).await;
     assert!(!g.lost().is_lost());
-    assert_eq!(lock.holder(&k).await.unwrap().unwrap().node, g.node());
+    assert_eq!(lock.holder(&k).await.unwrap().unwrap().id, g.node());
     g.release().await.unwrap();
 }
 
@@ -825,7 +825,7 @@ async fn holders_leave_a_semaphores_waiter_out_even_on_the_holders_session() {
     let holders = lock.holders(&k).await.unwrap();
     assert_eq!(holders.len(), 1, "{holders:?}");
     assert_eq!(holders[0].role, Role::Permits(1));
-    assert_eq!(holders[0].node, held.node());
+    assert_eq!(holders[0].id, held.node());
     waiter.abort();
     held.release().await.unwrap();
     let r = lock.acquire_read(&k, opts).await.unwrap();

@@ -37,6 +37,53 @@ pub async fn acquire_release_reacquire<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     Ok(Verdict::Passed)
 }
 
+/// [`Lock::holders`] names a mutex's holder to another client, with the
+/// grant's token, and nobody once it is released; a backend whose
+/// capabilities do not list holders answers [`Error::Unsupported`].
+pub async fn holders_name_the_grant<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let k = ctx.key("holders");
+    let t = ctx.timing();
+    if !ctx.caps().lists_holders {
+        let listed = b.holders(&k).await;
+        ensure!(
+            matches!(listed, Err(Error::Unsupported { .. })),
+            "a backend that does not list holders answered {listed:?}"
+        );
+        return Ok(Verdict::Passed);
+    }
+    ensure!(b.holders(&k).await?.is_empty(), "a free name has holders");
+    let g = a.acquire(&k, ctx.opts(t.long_ttl)).await?;
+    let listed = b.holders(&k).await?;
+    ensure!(
+        listed.len() == 1 && listed[0].role == dlock_core::Role::Mutex,
+        "one mutex grant listed as {listed:?}"
+    );
+    ensure!(
+        listed[0].token == g.token().map(dlock_core::FencingToken::get),
+        "the holder's token is not the guard's {:?}: {listed:?}",
+        g.token()
+    );
+    ensure!(
+        listed[0].remaining.is_none_or(|r| r <= t.long_ttl),
+        "a holder with more left than its TTL {:?}: {listed:?}",
+        t.long_ttl
+    );
+    // The same holder (what is left of its lease moves between two reads).
+    let first = b.holder(&k).await?;
+    let who = |h: &dlock_core::Holder| (h.role, h.id.clone(), h.detail.clone(), h.token);
+    ensure!(
+        first.as_ref().map(who) == listed.first().map(who),
+        "holder() {first:?} is not the first of {listed:?}"
+    );
+    g.release().await?;
+    crate::outcome::wait_until(t.prompt, "no holders after the release", || async {
+        Ok(b.holders(&k).await?.is_empty())
+    })
+    .await?;
+    Ok(Verdict::Passed)
+}
+
 /// `try_acquire` is `None` while another client holds the key and `Some` once
 /// it is free.
 pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
