@@ -20,6 +20,7 @@ trait DynLock: Send + Sync {
     fn backend(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>>;
+    fn abandon(&self) -> BoxFuture<'_, ()>;
     fn grant<'a>(
         &'a self,
         key: &'a LockKey,
@@ -45,6 +46,9 @@ impl<L: Lock> DynLock for L {
     }
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>> {
         Box::pin(Lock::holders(self, key))
+    }
+    fn abandon(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Lock::abandon(self))
     }
 }
 
@@ -101,6 +105,11 @@ impl Lock for AnyLock {
     /// then calls this.
     async fn grant(&self, key: &LockKey, claim: Claim, opts: AcquireOptions) -> Result<AnyGuard> {
         self.0.grant(key, claim, opts).await
+    }
+
+    /// See [`Lock::abandon`]: the driver's own.
+    async fn abandon(&self) {
+        self.0.abandon().await;
     }
 
     /// See [`Lock::holders`]: the driver's own.

@@ -19,8 +19,9 @@ use crate::{AcquireOptions, Capabilities, Claim, Error, FencingToken, LockKey, R
 /// # Implementing it
 ///
 /// A driver implements [`backend`](Self::backend),
-/// [`capabilities`](Self::capabilities) and one acquire,
-/// [`grant`](Self::grant), which receives a [`Claim`]; every public
+/// [`capabilities`](Self::capabilities), [`abandon`](Self::abandon), one
+/// acquire, [`grant`](Self::grant), which receives a [`Claim`], and (where
+/// the backend can list them) [`holders`](Self::holders); every public
 /// acquire method is provided here and goes through
 /// [`acquire_claim`](Self::acquire_claim), which checks and traces once.
 /// Drivers do not override the provided methods.
@@ -45,6 +46,19 @@ pub trait Lock: Clone + Send + Sync + 'static {
 
     /// What this backend promises (fencing, FIFO, waiting, shortest TTL).
     fn capabilities(&self) -> Capabilities;
+
+    /// Silences this handle as if its process had died: nothing is
+    /// released, renewals stop, guards' drops release nothing, and the
+    /// backend frees its locks when their TTL, lease or session runs out.
+    /// Later calls on the handle (and its clones) fail with
+    /// [`Error::Unavailable`]. For tests, and for shutdown paths that must
+    /// not block on the network.
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once; dropping the future may
+    /// leave its connections to close on their own.
+    fn abandon(&self) -> impl Future<Output = ()> + Send;
 
     /// The one acquire a driver implements: grants `claim` on `key`,
     /// waiting as `opts.wait` says. Callers use the provided methods

@@ -370,18 +370,6 @@ impl MemLock {
         }
     }
 
-    /// Fault injection: this client vanishes as a killed process would. Its
-    /// watchdogs stop renewing, its guards' `Drop` releases nothing, and its
-    /// later calls fail with [`Error::Unavailable`]. Its locks stay held until
-    /// their TTL runs out. Other clients are unaffected.
-    ///
-    /// # Cancel safety
-    ///
-    /// Done at once (nothing is awaited).
-    pub async fn abandon(&self) {
-        self.client.abandoned.store(true, Ordering::SeqCst);
-    }
-
     /// Keys starting with `prefix` that are held or waited on: what a
     /// namespace still holds (for operators and the conformance kit).
     pub fn keys_in_use(&self, prefix: &str) -> Vec<LockKey> {
@@ -548,6 +536,19 @@ impl Lock for MemLock {
             .with_read_write()
             .with_semaphores()
             .with_holders()
+    }
+
+    /// See [`Lock::abandon`].
+    /// Fault injection: this client vanishes as a killed process would. Its
+    /// watchdogs stop renewing, its guards' `Drop` releases nothing, and its
+    /// later calls fail with [`Error::Unavailable`]. Its locks stay held until
+    /// their TTL runs out. Other clients are unaffected.
+    ///
+    /// # Cancel safety
+    ///
+    /// Done at once (nothing is awaited).
+    async fn abandon(&self) {
+        self.client.abandoned.store(true, Ordering::SeqCst);
     }
 
     /// See [`Lock::holders`]: the live holders of the name's mutex, then

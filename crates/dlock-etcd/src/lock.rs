@@ -216,22 +216,6 @@ impl EtcdLock {
         .await
     }
 
-    /// Drops everything without releasing: sessions stop keeping their leases
-    /// alive and revoke nothing, guards' drops delete nothing; etcd frees the
-    /// locks when the leases expire. As if this process had died.
-    ///
-    /// # Cancel safety
-    ///
-    /// The handle is marked abandoned at once.
-    pub async fn abandon(&self) {
-        self.inner.conn.abandoned.store(true, Ordering::SeqCst);
-        self.inner
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -297,6 +281,23 @@ impl Lock for EtcdLock {
             .with_read_write()
             .with_semaphores()
             .with_holders()
+    }
+
+    /// See [`Lock::abandon`].
+    /// Drops everything without releasing: sessions stop keeping their leases
+    /// alive and revoke nothing, guards' drops delete nothing; etcd frees the
+    /// locks when the leases expire. As if this process had died.
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once.
+    async fn abandon(&self) {
+        self.inner.conn.abandoned.store(true, Ordering::SeqCst);
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// See [`Lock::holders`]: every holder of anything named `key`, in

@@ -122,18 +122,6 @@ impl PostgresLock {
         self.inner.conn.prune(idle).await
     }
 
-    /// Drops the connections without releasing anything, as if this process
-    /// had died: the keeper stops, guards' drops release nothing, and the
-    /// rows expire by their TTL. For tests and for shutdown paths that must
-    /// not block.
-    ///
-    /// # Cancel safety
-    ///
-    /// The handle is marked abandoned at once.
-    pub async fn abandon(&self) {
-        self.inner.conn.abandon().await;
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -227,6 +215,19 @@ impl Lock for PostgresLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Fencing::Strict, false, Waiting::Notified, MIN_TTL).with_holders()
+    }
+
+    /// See [`Lock::abandon`].
+    /// Drops the connections without releasing anything, as if this process
+    /// had died: the keeper stops, guards' drops release nothing, and the
+    /// rows expire by their TTL. For tests and for shutdown paths that must
+    /// not block.
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once.
+    async fn abandon(&self) {
+        self.inner.conn.abandon().await;
     }
 
     /// See [`Lock::holders`]: the holder of the name's row while its

@@ -182,19 +182,6 @@ impl RedisLock {
             .collect())
     }
 
-    /// Drops both connections at once without releasing anything, as if this
-    /// process had died: watchdogs stop, guards' drops release nothing, and
-    /// the locks of this handle expire by their TTL. For tests and for
-    /// shutdown paths that must not block.
-    ///
-    /// # Cancel safety
-    ///
-    /// The handle is marked abandoned at once; dropping the future may leave
-    /// the connections to close on their own.
-    pub async fn abandon(&self) {
-        self.inner.conn.abandon().await;
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -301,6 +288,20 @@ impl Lock for RedisLock {
             .with_read_write()
             .with_semaphores()
             .with_holders()
+    }
+
+    /// See [`Lock::abandon`].
+    /// Drops both connections at once without releasing anything, as if this
+    /// process had died: watchdogs stop, guards' drops release nothing, and
+    /// the locks of this handle expire by their TTL. For tests and for
+    /// shutdown paths that must not block.
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once; dropping the future may leave
+    /// the connections to close on their own.
+    async fn abandon(&self) {
+        self.inner.conn.abandon().await;
     }
 
     /// See [`Lock::holders`]: the mutex's holder (its `id` is the lock

@@ -183,17 +183,6 @@ impl Redlock {
             .collect())
     }
 
-    /// Drops every connection at once without releasing anything, as if this
-    /// process had died: watchdogs stop, guards' drops release nothing, locks
-    /// expire by their TTL.
-    ///
-    /// # Cancel safety
-    ///
-    /// The handle is marked abandoned at once.
-    pub async fn abandon(&self) {
-        self.inner.conn.abandon().await;
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -315,6 +304,18 @@ impl Lock for Redlock {
              majorities can each count a different set of holders, and together exceed the limit); use a \
              backend whose capabilities offer them (Redis, etcd, ZooKeeper)",
         )
+    }
+
+    /// See [`Lock::abandon`].
+    /// Drops every connection at once without releasing anything, as if this
+    /// process had died: watchdogs stop, guards' drops release nothing, locks
+    /// expire by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The handle is marked abandoned at once.
+    async fn abandon(&self) {
+        self.inner.conn.abandon().await;
     }
 
     /// See [`Lock::grant`]: mutexes only ([`Claim::Mutex`]; the others are

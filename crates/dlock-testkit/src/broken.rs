@@ -607,6 +607,10 @@ impl Lock for NaiveLock {
             .with_semaphores()
     }
 
+    async fn abandon(&self) {
+        self.crashed.store(true, Ordering::SeqCst);
+    }
+
     async fn grant(
         &self,
         key: &LockKey,
@@ -801,10 +805,6 @@ impl LockFactory for NaiveFactory {
 
     async fn client(&self) -> Result<NaiveLock> {
         Ok(self.backend.client())
-    }
-
-    async fn abandon(&self, client: &NaiveLock) {
-        client.crashed.store(true, Ordering::SeqCst);
     }
 
     fn breaks_links(&self) -> bool {

@@ -45,7 +45,11 @@ pub trait LockFactory: Send + Sync + 'static {
     /// would: its watchdogs stop, its guards' drops release nothing, its
     /// connections and sessions go silent. Its locks must then be freed by
     /// the backend's TTL.
-    fn abandon(&self, client: &Self::Lock) -> impl Future<Output = ()> + Send;
+    ///
+    /// The default is the driver's own [`Lock::abandon`](dlock_core::Lock::abandon).
+    fn abandon(&self, client: &Self::Lock) -> impl Future<Output = ()> + Send {
+        dlock_core::Lock::abandon(client)
+    }
 
     /// The keys starting with `namespace` that the backend still holds or has
     /// waiters for (lock keys, nodes, waiter keys...), as readable strings.
@@ -130,10 +134,6 @@ impl LockFactory for MemFactory {
 
     async fn client(&self) -> Result<MemLock> {
         Ok(self.backend.client())
-    }
-
-    async fn abandon(&self, client: &MemLock) {
-        client.abandon().await;
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -23,8 +23,9 @@
 //!
 //! # The contract a driver implements
 //!
-//! A driver's handle implements [`dlock_core::Lock`] with three methods:
-//! `backend`, `capabilities` and **one acquire**, `grant`, which receives a
+//! A driver's handle implements [`dlock_core::Lock`] with `backend`,
+//! `capabilities`, `abandon` (as if the process died), `holders` where the
+//! backend can list them, and **one acquire**, `grant`, which receives a
 //! [`Claim`](dlock_core::Claim) (a mutex, a read, a write, or `count` of
 //! `limit` permits) and maps it to the backend's layout. Every public
 //! acquire method (`acquire`, `try_acquire`, `acquire_read`,
@@ -64,6 +65,11 @@
 //!         // Strict tokens, FIFO, notified waiters, a 10 ms shortest TTL;
 //!         // neither read-write locks nor semaphores.
 //!         Capabilities::new(Fencing::Strict, true, Waiting::Notified, Duration::from_millis(10))
+//!     }
+//!
+//!     // As if the process died: nothing released, the TTL frees its locks.
+//!     async fn abandon(&self) {
+//!         self.server.abandon().await
 //!     }
 //!
 //!     /// The one acquire: the claim is one the capabilities offer.
@@ -143,10 +149,6 @@
 //!     // Independent: its own connections, as another process would have.
 //!     async fn client(&self) -> Result<FooLock> {
 //!         connect(self.addr).await
-//!     }
-//!     // As if the process died: nothing released, the TTL frees its locks.
-//!     async fn abandon(&self, client: &FooLock) {
-//!         client.abandon().await
 //!     }
 //!     // Everything the backend keeps for names under `namespace`.
 //!     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -1,15 +1,12 @@
 //! The conformance kit against `MemLock` behind `AnyLock`: the dynamic
 //! dispatch layer keeps the contract too.
 
-use std::sync::{Arc, Mutex, PoisonError};
-
-use dlock_core::{AnyLock, LockKey, MemLock, Result};
+use dlock_core::{AnyLock, LockKey, Result};
 use dlock_testkit::{LockFactory, MemFactory};
 
 #[derive(Clone, Default)]
 struct AnyFactory {
     inner: MemFactory,
-    clients: Arc<Mutex<Vec<(AnyLock, MemLock)>>>,
 }
 
 impl LockFactory for AnyFactory {
@@ -20,25 +17,8 @@ impl LockFactory for AnyFactory {
     }
 
     async fn client(&self) -> Result<AnyLock> {
-        let mem = self.inner.client().await?;
-        let any = AnyLock::new(mem.clone());
-        self.clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((any.clone(), mem));
-        Ok(any)
-    }
-
-    async fn abandon(&self, client: &AnyLock) {
-        let mem = {
-            let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-            let (_, mem) = clients
-                .iter()
-                .find(|(any, _)| any.same_handle(client))
-                .expect("a client of this factory");
-            mem.clone()
-        };
-        mem.abandon().await;
+        // Abandoned through AnyLock's own forwarding (the factory default).
+        Ok(AnyLock::new(self.inner.client().await?))
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {

@@ -171,23 +171,6 @@ impl ZkLock {
         protocol::lock_nodes_under(&client, start, timeout).await
     }
 
-    /// Drops the connection without closing the session or deleting
-    /// anything, as if this process had died: the server deletes this
-    /// handle's nodes when the session times out.
-    ///
-    /// # Cancel safety
-    ///
-    /// Nothing is awaited: the handle is marked abandoned at once, and the
-    /// current session's connection dropped at once; a session being opened
-    /// meanwhile (or kept by a guard) drops its connection at its first use
-    /// after, its heartbeat's at the latest.
-    pub async fn abandon(&self) {
-        self.inner.abandoned.store(true, Ordering::SeqCst);
-        if let Ok(session) = self.inner.session.try_lock() {
-            session.abandon();
-        }
-    }
-
     pub(crate) fn is_abandoned(&self) -> bool {
         self.inner.abandoned.load(Ordering::SeqCst)
     }
@@ -281,6 +264,24 @@ impl Lock for ZkLock {
             .with_read_write()
             .with_semaphores()
             .with_holders()
+    }
+
+    /// See [`Lock::abandon`].
+    /// Drops the connection without closing the session or deleting
+    /// anything, as if this process had died: the server deletes this
+    /// handle's nodes when the session times out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Nothing is awaited: the handle is marked abandoned at once, and the
+    /// current session's connection dropped at once; a session being opened
+    /// meanwhile (or kept by a guard) drops its connection at its first use
+    /// after, its heartbeat's at the latest.
+    async fn abandon(&self) {
+        self.inner.abandoned.store(true, Ordering::SeqCst);
+        if let Ok(session) = self.inner.session.try_lock() {
+            session.abandon();
+        }
     }
 
     /// See [`Lock::holders`]: every holder of anything named `key`: the

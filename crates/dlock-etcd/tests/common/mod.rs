@@ -63,10 +63,6 @@ impl LockFactory for EtcdFactory {
         EtcdLock::connect(self.config.clone()).await
     }
 
-    async fn abandon(&self, client: &EtcdLock) {
-        client.abandon().await;
-    }
-
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
     }

@@ -57,10 +57,6 @@ impl LockFactory for PostgresFactory {
         PostgresLock::connect(self.config.clone()).await
     }
 
-    async fn abandon(&self, client: &PostgresLock) {
-        client.abandon().await;
-    }
-
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
     }

@@ -65,10 +65,6 @@ impl LockFactory for RedisFactory {
         RedisLock::connect(self.config.clone()).await
     }
 
-    async fn abandon(&self, client: &RedisLock) {
-        client.abandon().await;
-    }
-
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
     }

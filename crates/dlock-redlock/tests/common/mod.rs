@@ -67,10 +67,6 @@ impl LockFactory for RedlockFactory {
         Redlock::connect(self.config.clone()).await
     }
 
-    async fn abandon(&self, client: &Redlock) {
-        client.abandon().await;
-    }
-
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
     }

@@ -72,10 +72,6 @@ impl LockFactory for ZkFactory {
         ZkLock::connect(self.config.clone()).await
     }
 
-    async fn abandon(&self, client: &ZkLock) {
-        client.abandon().await;
-    }
-
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
         self.admin.keys_in_use(namespace).await
     }
