@@ -24,7 +24,9 @@ use crate::{AcquireOptions, Capabilities, Claim, Error, FencingToken, LockKey, R
 /// the backend can list them) [`holders`](Self::holders); every public
 /// acquire method is provided here and goes through
 /// [`acquire_claim`](Self::acquire_claim), which checks and traces once.
-/// Drivers do not override the provided methods.
+/// Drivers do not override the provided acquire methods (a driver with an
+/// atomic multi-name grant may override [`acquire_all`](Self::acquire_all);
+/// through an [`AnyLock`](crate::AnyLock) the provided one runs).
 ///
 /// # What implementers must keep
 ///
@@ -77,7 +79,8 @@ pub trait Lock: Clone + Send + Sync + 'static {
     ///   wait.
     ///
     /// A driver maps the claim to its own layout (names, nodes, rows) with
-    /// one `match`; a new kind of claim is one more arm.
+    /// one `match`; a new kind of claim is one more arm. Callers do not
+    /// call `grant` directly: that skips the checks and the trace.
     ///
     /// # Errors
     ///
@@ -98,9 +101,9 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// [`Claim::Mutex`], [`acquire_read`](Self::acquire_read) for
     /// [`Claim::Read`], and so on, for code that chooses the kind of lock
     /// at run time. Every acquire goes through here: the claim is checked
-    /// ([`Claim::check`]), the TTL too, and the acquire traced once
-    /// ([`crate::trace`]), before and around the driver's
-    /// [`grant`](Self::grant).
+    /// ([`Claim::check`]; refused with no span, as a misuse), then the TTL
+    /// (refused inside the span) and the acquire traced once
+    /// ([`crate::trace`]) around the driver's [`grant`](Self::grant).
     ///
     /// # Errors
     ///
@@ -117,12 +120,17 @@ pub trait Lock: Clone + Send + Sync + 'static {
         claim: Claim,
         opts: AcquireOptions,
     ) -> impl Future<Output = Result<Self::Guard>> + Send {
+        // A claim the backend does not offer, or impossible permits, is
+        // refused before the span opens: a misuse, not an acquire that failed.
         let checked = claim.check(self.backend(), &self.capabilities());
-        let request = async move {
-            checked?;
-            self.grant(key, claim, opts).await
-        };
-        crate::trace::acquire(self.backend(), key, claim, &opts, request)
+        let traced = checked
+            .map(|()| crate::trace::acquire(self.backend(), key, claim, &opts, self.grant(key, claim, opts)));
+        async move {
+            match traced {
+                Ok(traced) => traced.await,
+                Err(e) => Err(e),
+            }
+        }
     }
 
     /// Takes the lock on `key`, waiting as `opts.wait` says.

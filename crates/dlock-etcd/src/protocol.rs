@@ -723,8 +723,10 @@ pub(crate) async fn holding(
                 permits = plus(permits, share);
                 holds.then_some(Role::Permits(share.count()))
             }
-            Kind::Mutex => (!any_seen).then_some(Role::Mutex),
-            Kind::Other => None,
+            // A key of a longer name (`jobs/nightly/…` under `jobs/`) keeps
+            // a mutex of this name out when it comes first, as Go's
+            // layout has it: it is the holder a waiter waits for.
+            Kind::Mutex | Kind::Other => (!any_seen).then_some(Role::Mutex),
         };
         if let Some(role) = role {
             found.push((role, kv.clone()));

@@ -234,8 +234,8 @@ impl Lock for PostgresLock {
     /// lease runs (at most one: mutexes only). `id` is
     /// `schema.table/name`, `detail` the row's `locked_by` (`dlock1 <nonce>
     /// <host> <pid> <unix ms>` when dlock wrote it; ShedLock writes its host
-    /// name), `token` its fence (`None` for a row ShedLock wrote, whose
-    /// fence is 0), `remaining` what is left of its lease.
+    /// name), `token` its fence (`None` for a row ShedLock holds: it
+    /// leaves the fence as it was), `remaining` what is left of its lease.
     ///
     /// # Errors
     ///
@@ -249,13 +249,18 @@ impl Lock for PostgresLock {
         let found = self.inner.conn.holder(key.as_str()).await?;
         Ok(found
             .into_iter()
-            .map(|row| Holder {
-                role: dlock_core::Role::Mutex,
-                id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
-                since: since_of_locked_by(&row.locked_by),
-                detail: row.locked_by,
-                token: u64::try_from(row.fence).ok().filter(|&t| t > 0),
-                remaining: row.remaining,
+            .map(|row| {
+                // ShedLock leaves the fence alone: a row it (re)locked
+                // carries no token of its holder's, whatever the fence says.
+                let ours = row.locked_by.starts_with("dlock1 ");
+                Holder {
+                    role: dlock_core::Role::Mutex,
+                    id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
+                    since: since_of_locked_by(&row.locked_by),
+                    detail: row.locked_by,
+                    token: u64::try_from(row.fence).ok().filter(|&t| t > 0 && ours),
+                    remaining: row.remaining,
+                }
             })
             .collect())
     }

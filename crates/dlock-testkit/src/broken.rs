@@ -64,7 +64,9 @@ pub enum Flaw {
     /// server is heard again and says the lock is gone, long after the local
     /// deadline.
     LostOnlyWhenHeard,
-    /// Reports nothing through `tracing` ([`dlock_core::trace`]).
+    /// Reports nothing of its own through `tracing` ([`dlock_core::trace`]):
+    /// no `queued`, `released` or `lost` (the `acquire` span and its
+    /// outcome come from the core, whatever the driver does).
     Silent,
     /// [`Lock::acquire_all`] takes the names in the order given, not in
     /// one global order: two clients asking for `{a, b}` and `{b, a}` can
