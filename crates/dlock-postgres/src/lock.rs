@@ -234,8 +234,10 @@ impl Lock for PostgresLock {
     /// lease runs (at most one: mutexes only). `id` is
     /// `schema.table/name`, `detail` the row's `locked_by` (`dlock1 <nonce>
     /// <host> <pid> <unix ms>` when dlock wrote it; ShedLock writes its host
-    /// name), `token` its fence (`None` for a row ShedLock holds: it
-    /// leaves the fence as it was), `remaining` what is left of its lease.
+    /// name), `token` its fence (`None` for a row ShedLock inserted, whose
+    /// fence is 0; ShedLock leaves the fence alone, so a row it re-locks
+    /// after dlock shows dlock's last token), `remaining` what is left of
+    /// its lease.
     ///
     /// # Errors
     ///
@@ -249,18 +251,14 @@ impl Lock for PostgresLock {
         let found = self.inner.conn.holder(key.as_str()).await?;
         Ok(found
             .into_iter()
-            .map(|row| {
-                // ShedLock leaves the fence alone: a row it (re)locked
-                // carries no token of its holder's, whatever the fence says.
-                let ours = row.locked_by.starts_with("dlock1 ");
-                Holder {
-                    role: dlock_core::Role::Mutex,
-                    id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
-                    since: since_of_locked_by(&row.locked_by),
-                    detail: row.locked_by,
-                    token: u64::try_from(row.fence).ok().filter(|&t| t > 0 && ours),
-                    remaining: row.remaining,
-                }
+            .map(|row| Holder {
+                role: dlock_core::Role::Mutex,
+                id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
+                since: since_of_locked_by(&row.locked_by),
+                detail: row.locked_by,
+                // A row ShedLock inserted has no token (fence 0).
+                token: u64::try_from(row.fence).ok().filter(|&t| t > 0),
+                remaining: row.remaining,
             })
             .collect())
     }
