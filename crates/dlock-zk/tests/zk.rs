@@ -868,25 +868,44 @@ async fn a_semaphore_waiter_whose_mutex_goes_starts_again() {
     })
     .await;
     let mutex = raw.list_children(&locks).await.unwrap().remove(0);
-    raw.delete(&format!("{locks}/{mutex}"), None).await.unwrap();
+    let old_leases = raw.list_children(&leases).await.unwrap();
+    // The second waiter queues for the mutex behind the first before the
+    // first's node goes: it is then served first, whatever the timing.
     let second = tokio::spawn({
         let k = k.clone();
         async move { c.acquire_permits(&k, 1, 1, opts).await }
     });
-    // The first gives its lease back; the second then waits on its own.
-    until("the first waiter to give its lease back", async || {
-        raw.list_children(&leases).await.map(|c| c.len()) == Ok(2)
-            && raw.list_children(&locks).await.map(|c| c.len()) == Ok(1)
-            && raw.list_children(&locks).await.map(|c| c[0] != mutex) == Ok(true)
+    until("the second waiter queued behind the first's mutex", async || {
+        raw.list_children(&locks).await.map(|c| c.len()) == Ok(2)
     })
     .await;
+    raw.delete(&format!("{locks}/{mutex}"), None).await.unwrap();
+    // Settled: the first gave its lease back and queued again behind the
+    // second, which holds the mutex with its lease (one lease each: the
+    // holder's and the second's).
+    until(
+        "the first waiter to give its lease back and queue again",
+        async || {
+            let (Ok(now_leases), Ok(now_locks)) =
+                (raw.list_children(&leases).await, raw.list_children(&locks).await)
+            else {
+                return false;
+            };
+            now_leases.len() == 2
+                && now_leases.iter().filter(|l| old_leases.contains(l)).count() == 1
+                && now_locks.len() == 2
+                && !now_locks.contains(&mutex)
+        },
+    )
+    .await;
     held.release().await.unwrap();
+    // Each waiter gives its permit back as soon as it has it: neither
+    // waits for the other's.
     let got = tokio::time::timeout(LIMIT, async {
-        let ((), g) = tokio::join!(
+        tokio::join!(
             async { second.await.unwrap().unwrap().release().await.unwrap() },
-            async { first.await.unwrap().unwrap() }
+            async { first.await.unwrap().unwrap().release().await.unwrap() }
         );
-        g.release().await.unwrap();
     })
     .await;
     assert!(got.is_ok(), "the two waiters waited on each other");
