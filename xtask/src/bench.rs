@@ -8,7 +8,7 @@
 //! without building every dependency again optimized).
 
 use crate::servers::Servers;
-use crate::setup::{cargo, ensure_packages};
+use crate::system::{cargo, ensure_packages};
 
 /// Where a run writes its report.
 fn out_dir(quick: bool) -> &'static str {

@@ -4,7 +4,7 @@
 use dlock_testkit::launcher::missing_packages;
 
 use crate::servers::Servers;
-use crate::setup::cargo;
+use crate::system::cargo;
 
 /// `cargo xtask demo`.
 ///
@@ -15,7 +15,7 @@ use crate::setup::cargo;
 /// would install the rest.
 pub async fn run() -> Result<(), String> {
     if !missing_packages().is_empty()
-        && let Err(how) = crate::setup::ensure_packages()
+        && let Err(how) = crate::system::ensure_packages()
     {
         eprintln!(
             "xtask demo: the servers are not installed, so this runs on the in-process backend only.\n\

@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's commands.
 //!
 //! - `cargo xtask test [-- ARGS]`: install missing system packages (as root,
-//!   with apt-get; otherwise print the command), check formatting and lints,
+//!   with apt-get; otherwise print the command), check formatting, lints
+//!   and module cycles,
 //!   start the shared test servers, run every test of the workspace, stop the
 //!   servers. This is what CI runs.
 //! - `cargo xtask demo`: workers contend for a few keys on every backend this
@@ -9,16 +10,20 @@
 //!   report.
 //! - `cargo xtask servers`: start the local servers, print their endpoints,
 //!   stop them on Ctrl-C.
+//! - `cargo xtask cycles`: no module imports a module that imports it
+//!   back, in any crate (part of `test`).
 //! - `cargo xtask safety [--backend B] [--seconds S]`: the drivers' safety
 //!   runs, longer; writes `RELIABILITY.md` from their report lines.
 //! - `cargo xtask bench [--quick]`: every benchmark scenario for every
 //!   backend in one run; writes `BENCHMARKS.md` and `benchmarks.svg`.
 
 mod bench;
+mod cycles;
 mod demo;
 mod safety;
 mod servers;
 mod setup;
+mod system;
 
 use std::process::ExitCode;
 
@@ -32,6 +37,8 @@ commands:
   bench [--quick]            every benchmark, every backend, one run; writes
                              BENCHMARKS.md and benchmarks.svg (--quick: smaller,
                              under target/bench/)
+  cycles [DIR]               check that no module imports a module that
+                             imports it back, in any crate
   safety [--backend B] [--seconds S]
                              the drivers' safety runs, S seconds each (default 600);
                              B: redis, redlock, etcd, zk, processes (clients as
@@ -57,6 +64,7 @@ fn main() -> ExitCode {
         "servers" => runtime.block_on(servers::run()),
         "safety" => runtime.block_on(safety::run(rest)),
         "bench" => runtime.block_on(bench::run(rest)),
+        "cycles" => cycles::run(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

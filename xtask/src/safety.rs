@@ -8,7 +8,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use crate::servers::Servers;
-use crate::setup::ensure_packages;
+use crate::system::ensure_packages;
 
 const BACKENDS: [&str; 6] = ["redis", "redlock", "etcd", "zk", "postgres", "processes"];
 

@@ -74,7 +74,7 @@ impl Servers {
 
 /// `cargo xtask servers`.
 pub async fn run() -> Result<(), String> {
-    crate::setup::ensure_packages()?;
+    crate::system::ensure_packages()?;
     let servers = Servers::start().await?;
     println!("local servers (stopped on Ctrl-C):");
     for (var, value) in servers.env() {

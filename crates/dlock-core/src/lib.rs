@@ -51,8 +51,8 @@ mod claim;
 pub mod driver;
 mod error;
 mod fence;
+mod guard;
 mod holder;
-mod keeper;
 mod key;
 mod lock;
 mod mem;
@@ -64,14 +64,16 @@ pub mod trace;
 pub use any::{AnyGuard, AnyLock};
 pub use capabilities::{Capabilities, Fencing, Role, Waiting};
 pub use claim::Claim;
+pub use driver::drift;
 pub use error::{BoxError, Error, Result, Unreachable, plain_cause};
 pub use fence::{Admission, Fence, FenceGate};
+pub use guard::{Guard, Held, LostSignal, LostTrigger};
 pub use holder::Holder;
 pub use key::LockKey;
-pub use lock::{Guard, Held, Lock, LostSignal, LostTrigger};
+pub use lock::Lock;
 pub use mem::{MEM_MIN_TTL, MemGuard, MemLock};
 pub use multi::MultiGuard;
-pub use options::{AcquireOptions, Wait, drift};
+pub use options::{AcquireOptions, Wait};
 pub use token::FencingToken;
 
 /// The examples of this crate's README, compiled and run as doctests.

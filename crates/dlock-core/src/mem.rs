@@ -10,7 +10,10 @@
 //!   key in grant order;
 //! - waiters queue per key and are granted in FIFO order by direct hand-off
 //!   (woken by a message, never polling);
-//! - `auto_extend` runs a watchdog that renews at `ttl / 3`;
+//! - each guard's local deadline and renewals are kept by the drivers'
+//!   one renewal engine ([`Keeper`](crate::driver::Keeper), one per
+//!   client): `auto_extend` renews at `ttl / 3`, and `lost()` fires at the
+//!   local deadline if the backend has not expired the grant first;
 //! - dropping a guard releases at once; dropping a waiting `acquire` removes
 //!   its waiter, or gives back a grant that arrived too late to be returned.
 //!
@@ -26,12 +29,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
-use crate::driver::Refusal;
+use crate::driver::{Drift, Keeper, Kept, Refusal, Validity};
 use crate::{
-    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal,
-    LostTrigger, Result, Wait, Waiting, drift,
+    AcquireOptions, Capabilities, Error, Fencing, FencingToken, Guard, Lock, LockKey, LostSignal, Result,
+    Wait, Waiting,
 };
 
 const BACKEND: &str = "mem";
@@ -75,6 +77,8 @@ pub struct MemLock {
 #[derive(Default)]
 struct ClientState {
     abandoned: AtomicBool,
+    /// Keeps every guard of this client: deadlines, renewals.
+    keeper: Keeper,
 }
 
 #[derive(Default)]
@@ -147,7 +151,8 @@ struct Member {
     id: u64,
     token: FencingToken,
     deadline: Instant,
-    lost: LostTrigger,
+    /// The holder's validity: the backend's expiry fires its `lost()`.
+    validity: Arc<Validity>,
     claim: Share,
 }
 
@@ -160,8 +165,8 @@ struct Waiter {
 
 struct Grant {
     token: FencingToken,
-    deadline: Instant,
-    lost: (LostTrigger, LostSignal),
+    validity: Arc<Validity>,
+    lost: LostSignal,
 }
 
 impl Server {
@@ -190,19 +195,20 @@ impl Server {
     fn grant(self: &Arc<Self>, st: &mut State, name: &Name, id: u64, ttl: Duration, claim: Share) -> Grant {
         st.last_token += 1;
         let token = FencingToken::new(st.last_token);
-        let deadline = crate::driver::saturating_add(Instant::now(), ttl);
-        let (trigger, signal) = LostSignal::pair();
+        let now = Instant::now();
+        let deadline = crate::driver::saturating_add(now, ttl);
+        let (validity, lost) = Validity::of_key(BACKEND, &name.1, now, ttl, Drift::NONE);
         st.keys.entry(name.clone()).or_default().holders.push(Member {
             id,
             token,
             deadline,
-            lost: trigger.clone(),
+            validity: Arc::clone(&validity),
             claim,
         });
         Grant {
             token,
-            deadline,
-            lost: (trigger, signal),
+            validity,
+            lost,
         }
     }
 
@@ -257,8 +263,7 @@ impl Server {
             if h.deadline > now {
                 return true;
             }
-            crate::trace::lost(BACKEND, name.1.as_str(), crate::trace::why::EXPIRED);
-            h.lost.fire();
+            h.validity.lose(crate::trace::why::EXPIRED);
             false
         });
         self.admit(st, name);
@@ -291,7 +296,13 @@ impl Server {
         Ok(())
     }
 
-    fn extend(self: &Arc<Self>, name: &Name, id: u64, ttl: Duration) -> std::result::Result<(), Refusal> {
+    fn extend(
+        self: &Arc<Self>,
+        name: &Name,
+        id: u64,
+        now: Instant,
+        ttl: Duration,
+    ) -> std::result::Result<(), Refusal> {
         let mut st = self.state();
         self.check_holder(&mut st, name, id)?;
         let mut earlier = false;
@@ -300,7 +311,7 @@ impl Server {
             .get_mut(name)
             .and_then(|e| e.holders.iter_mut().find(|h| h.id == id))
         {
-            let deadline = crate::driver::saturating_add(Instant::now(), ttl);
+            let deadline = crate::driver::saturating_add(now, ttl);
             earlier = deadline < h.deadline;
             h.deadline = deadline;
         }
@@ -408,46 +419,34 @@ impl MemLock {
     }
 
     fn guard(&self, name: &Name, id: u64, grant: Grant, opts: AcquireOptions, ttl: Duration) -> MemGuard {
-        let local_deadline = Arc::new(Mutex::new(
-            grant
-                .deadline
-                .checked_sub(drift(ttl.min(crate::driver::FAR_FUTURE)))
-                .unwrap_or(grant.deadline),
-        ));
-        let (trigger, signal) = grant.lost;
-        let stopped = Arc::new(AtomicBool::new(false));
-        let watchdog = opts.auto_extend.then(|| {
-            let task = watchdog(
-                Arc::downgrade(&self.server),
-                Arc::clone(&self.client),
-                name.clone(),
-                id,
-                ttl,
-                Arc::clone(&local_deadline),
-                trigger.clone(),
-            );
-            let gone = WatchdogGone {
-                stopped: Arc::clone(&stopped),
-                key: name.1.clone(),
-                lost: trigger.clone(),
-            };
-            (
-                tokio::spawn(async move {
-                    let _gone = gone;
-                    task.await;
-                }),
-                Arc::clone(&stopped),
-            )
-        });
+        let (server, renewed, client) = (
+            Arc::downgrade(&self.server),
+            name.clone(),
+            Arc::clone(&self.client),
+        );
+        let kept = self.client.keeper.keep(
+            Arc::clone(&grant.validity),
+            ttl,
+            opts.auto_extend,
+            Instant::now(),
+            Box::new(move || {
+                // The backend gone, so is every grant it made.
+                let outcome = match server.upgrade() {
+                    Some(server) => server.extend(&renewed, id, Instant::now(), ttl),
+                    None => Err(Refusal::Expired),
+                };
+                Box::pin(std::future::ready(Ok(outcome)))
+            }),
+            move || client.abandoned.load(Ordering::SeqCst),
+        );
         MemGuard {
             lock: self.clone(),
             name: name.clone(),
             id,
             token: grant.token,
-            lost: signal,
-            _trigger: trigger,
-            local_deadline,
-            watchdog,
+            lost: grant.lost,
+            validity: grant.validity,
+            kept,
             released: false,
         }
     }
@@ -464,63 +463,6 @@ impl std::fmt::Debug for MemLock {
         f.debug_struct("MemLock")
             .field("abandoned", &self.client.abandoned.load(Ordering::Relaxed))
             .finish_non_exhaustive()
-    }
-}
-
-/// Fires a guard's `lost()` when its watchdog task is dropped before the
-/// guard stopped it: the runtime it ran on shut down, and nothing renews
-/// the guard any more.
-struct WatchdogGone {
-    stopped: Arc<AtomicBool>,
-    key: LockKey,
-    lost: LostTrigger,
-}
-
-impl Drop for WatchdogGone {
-    fn drop(&mut self) {
-        if !self.stopped.load(Ordering::SeqCst) && !self.lost.is_fired() {
-            crate::trace::lost(BACKEND, self.key.as_str(), crate::trace::why::KEEPER_GONE);
-            self.lost.fire();
-        }
-    }
-}
-
-/// The client-side renewal loop of an `auto_extend` guard.
-async fn watchdog(
-    server: Weak<Server>,
-    client: Arc<ClientState>,
-    name: Name,
-    id: u64,
-    ttl: Duration,
-    local_deadline: Arc<Mutex<Instant>>,
-    lost: LostTrigger,
-) {
-    let key = &name.1;
-    let period = ttl / 3;
-    loop {
-        tokio::time::sleep(period).await;
-        if client.abandoned.load(Ordering::SeqCst) {
-            return;
-        }
-        let Some(server) = server.upgrade() else {
-            crate::trace::lost(BACKEND, key.as_str(), crate::trace::why::SESSION_ENDED);
-            lost.fire();
-            return;
-        };
-        let sent = Instant::now();
-        match server.extend(&name, id, ttl) {
-            Ok(()) => {
-                let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
-                *local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
-            }
-            Err(refusal) => {
-                if !lost.is_fired() {
-                    crate::trace::lost(BACKEND, key.as_str(), refusal.why());
-                }
-                lost.fire();
-                return;
-            }
-        }
     }
 }
 
@@ -685,12 +627,11 @@ pub struct MemGuard {
     id: u64,
     token: FencingToken,
     lost: LostSignal,
-    /// Keeps the signal pending until the guard is gone; the watchdog and the
-    /// backend hold clones to fire it.
-    _trigger: LostTrigger,
-    local_deadline: Arc<Mutex<Instant>>,
-    /// The renewal task, and its flag saying the guard stopped it.
-    watchdog: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    /// Its local deadline and lost trigger (the backend's holder entry
+    /// shares it, to fire it on expiry).
+    validity: Arc<Validity>,
+    /// Its slot in the client's keeper.
+    kept: Kept,
     released: bool,
 }
 
@@ -701,15 +642,6 @@ impl std::fmt::Debug for MemGuard {
             .field("token", &self.token)
             .field("held", &self.is_held())
             .finish()
-    }
-}
-
-impl MemGuard {
-    fn stop_watchdog(&mut self) {
-        if let Some((w, stopped)) = self.watchdog.take() {
-            stopped.store(true, Ordering::SeqCst);
-            w.abort();
-        }
     }
 }
 
@@ -727,9 +659,7 @@ impl Guard for MemGuard {
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost()
-            && !self.lock.client.abandoned.load(Ordering::SeqCst)
-            && Instant::now() < *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner)
+        !self.lost.is_lost() && !self.lock.client.abandoned.load(Ordering::SeqCst) && self.validity.is_valid()
     }
 
     /// See [`Guard::extend`].
@@ -746,14 +676,19 @@ impl Guard for MemGuard {
         crate::driver::check_ttl(BACKEND, ttl)?;
         self.lock.check_up()?;
         let ttl = ttl.max(MEM_MIN_TTL);
+        let _permit = self.validity.renewal().await;
         let sent = Instant::now();
-        self.lock
-            .server
-            .extend(&self.name, self.id, ttl)
-            .map_err(|r| r.into_error(&self.name.1))?;
-        let deadline = crate::driver::Drift::DEFAULT.deadline(sent, ttl);
-        *self.local_deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
-        Ok(())
+        match self.lock.server.extend(&self.name, self.id, sent, ttl) {
+            Ok(()) => {
+                self.validity.renewed(sent, ttl);
+                self.kept.moved();
+                Ok(())
+            }
+            Err(refusal) => {
+                self.validity.lose(refusal.why());
+                Err(refusal.into_error(&self.name.1))
+            }
+        }
     }
 
     /// See [`Guard::release`].
@@ -767,7 +702,7 @@ impl Guard for MemGuard {
     ///
     /// The future completes on its first poll; there is nothing to cancel.
     async fn release(mut self) -> Result<()> {
-        self.stop_watchdog();
+        self.kept.stop();
         self.lock.check_up()?;
         self.released = true;
         let released = self
@@ -781,7 +716,10 @@ impl Guard for MemGuard {
 
 impl Drop for MemGuard {
     fn drop(&mut self) {
-        self.stop_watchdog();
+        self.kept.stop();
+        // The keeper lets go of its slot whenever it looks next: the
+        // signal fires now, not with the slot's last reference.
+        self.validity.fire_lost();
         if !self.released && !self.lock.client.abandoned.load(Ordering::SeqCst) {
             let _ = self.lock.server.release(&self.name, self.id);
         }

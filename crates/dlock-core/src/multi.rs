@@ -1,75 +1,12 @@
-//! Several names at once: [`Lock::acquire_all`] and its [`MultiGuard`],
-//! generic over any [`Lock`].
+//! Several names at once: the [`MultiGuard`] of
+//! [`Lock::acquire_all`](crate::Lock::acquire_all), generic over any
+//! [`Guard`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 
-use crate::driver::wait_deadline;
-use crate::{
-    AcquireOptions, Error, FencingToken, Guard, Lock, LockKey, LostSignal, LostTrigger, Result, Wait,
-};
-
-/// What [`Lock::acquire_all`] does unless a driver overrides it: every key
-/// of `keys` in one global order (by name), waiting at most `opts.wait` in
-/// all. For a driver that overrides it for some sets (say, one script for
-/// names on one server) and falls back to this for the rest.
-///
-/// # Errors
-///
-/// As [`Lock::acquire_all`].
-///
-/// # Cancel safety
-///
-/// As [`Lock::acquire_all`].
-pub async fn acquire_all<L: Lock>(
-    lock: &L,
-    keys: &[LockKey],
-    opts: AcquireOptions,
-) -> Result<MultiGuard<L::Guard>> {
-    let started = Instant::now();
-    let mut order: Vec<&LockKey> = keys.iter().collect();
-    order.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-    if order.is_empty() {
-        return Err(Error::InvalidKey {
-            reason: "acquire_all needs at least one key".to_owned(),
-        });
-    }
-    if let Some(twice) = order.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::InvalidKey {
-            reason: format!("{:?} is named twice", twice[0].as_str()),
-        });
-    }
-    let deadline = wait_deadline(opts.wait, started);
-    let mut parts = Vec::with_capacity(order.len());
-    for key in order {
-        // One wait for the whole set: each part gets what is left of it.
-        let wait = match (opts.wait, deadline) {
-            (Wait::For(_), Some(at)) => Wait::For(at.saturating_duration_since(Instant::now())),
-            (wait, _) => wait,
-        };
-        match lock.acquire(key, opts.wait(wait)).await {
-            Ok(guard) => parts.push(guard),
-            Err(e) => {
-                release_all(parts).await;
-                return Err(e);
-            }
-        }
-    }
-    // A part taken first may have been lost while a later one was awaited.
-    if let Some(gone) = parts.iter().find(|g| !g.is_held()) {
-        let key = gone.key().as_str().to_owned();
-        release_all(parts).await;
-        return Err(Error::Lost { key });
-    }
-    Ok(MultiGuard::new(parts))
-}
-
-/// Releases every part, concurrently, ignoring the outcomes (their TTLs
-/// free whatever a failed release left).
-async fn release_all<G: Guard>(parts: Vec<G>) {
-    drop(join_all(parts.into_iter().map(Guard::release)).await);
-}
+use crate::{FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 
 /// The guard of several names held together ([`Lock::acquire_all`]): one
 /// part per name, in name order.
@@ -103,7 +40,7 @@ impl<G: Guard> MultiGuard<G> {
     }
 
     /// Holds `parts` together (their order is kept).
-    fn new(parts: Vec<G>) -> Self {
+    pub(crate) fn new(parts: Vec<G>) -> Self {
         let (trigger, lost) = LostSignal::pair();
         let signals: Vec<LostSignal> = parts.iter().map(Guard::lost).collect();
         let watch = tokio::spawn(fire_on_any(signals, trigger));
@@ -206,7 +143,8 @@ async fn fire_on_any(signals: Vec<LostSignal>, trigger: LostTrigger) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemLock;
+    use crate::{AcquireOptions, Error, Lock, MemLock, Wait};
+    use std::time::Instant;
 
     fn key(name: &str) -> LockKey {
         LockKey::new(name).unwrap()

@@ -97,13 +97,6 @@ impl Default for AcquireOptions {
     }
 }
 
-/// The slack subtracted from a TTL when a client computes how long it may
-/// still trust a grant: `ttl * 0.01 + 2 ms`, the clock-drift allowance of the
-/// Redlock paper, used by every driver for its local deadline.
-pub fn drift(ttl: Duration) -> Duration {
-    crate::driver::Drift::DEFAULT.of(ttl)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,10 +107,5 @@ mod tests {
         assert_eq!(o.ttl, Duration::from_secs(30));
         assert_eq!(o.wait, Wait::Forever);
         assert!(o.auto_extend);
-    }
-
-    #[test]
-    fn drift_is_one_percent_plus_two_ms() {
-        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
     }
 }

@@ -285,9 +285,10 @@ pub use outcome::{Failure, Outcome, Verdict, wait_until, within};
 #[doc(hidden)]
 pub use runner::__block_on;
 pub use runner::{
-    LINK_SCENARIOS, Report, SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, check_declared_skips,
-    run_all, run_one, run_scenario_test, skip_reason, skipped_scenarios,
+    Report, SCENARIO_LIMIT, Scenario, ScenarioFuture, all_scenarios, check_declared_skips, run_all, run_one,
+    run_scenario_test, skipped_scenarios,
 };
+pub use scenarios::{LINK_SCENARIOS, skip_reason};
 
 /// The `tokio` the generated tests run on, so a driver's test crate need not
 /// name it (implementation detail of [`conformance_tests!`]).

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use dlock_core::{Capabilities, Lock};
+use dlock_core::Lock;
 
 use crate::LockFactory;
 use crate::outcome::{Failure, Outcome, Verdict, within};
-use crate::scenarios::{self, Ctx};
+use crate::scenarios::{self, Ctx, skip_reason};
 
 /// The longest any one scenario may take, clean-up check included.
 pub const SCENARIO_LIMIT: Duration = Duration::from_secs(180);
@@ -110,41 +110,6 @@ pub async fn run_one<F: LockFactory>(factory: F, scenario: &Scenario<F>) -> Outc
         Ok(verdict)
     })
     .await?
-}
-
-/// The scenarios that need a [`Link`](crate::Link): skipped for factories
-/// that break no links.
-pub const LINK_SCENARIOS: [&str; 4] = [
-    "cancelled_acquire_in_flight_leaves_nothing",
-    "unreachable_backend_is_unavailable",
-    "failed_release_is_not_ok",
-    "dead_link_fires_lost_in_time",
-];
-
-/// Why the scenario `name` does not apply to a backend with `caps` (whose
-/// factory does or does not [break links](LockFactory::breaks_links)), or
-/// `None` when it applies. The one place where skips are decided: the runner
-/// asks it before running a scenario, and the generated
-/// `declared_skips_match_the_backend` test compares it with the skips a
-/// driver declares.
-pub fn skip_reason(name: &str, caps: Capabilities, breaks_links: bool) -> Option<&'static str> {
-    match name {
-        "fifo_waiters" if !caps.fifo => Some("the backend does not promise FIFO"),
-        "tokens_increase_across_clients" | "fenced_stale_write_rejected" if !caps.fences() => {
-            Some("the backend gives no fencing tokens")
-        }
-        n if n.starts_with("read_write_") && !caps.read_write => {
-            Some("the backend offers no read-write locks")
-        }
-        n if n.starts_with("semaphore_") && !caps.semaphores => Some("the backend offers no semaphores"),
-        "unoffered_primitives_are_refused" if caps.read_write && caps.semaphores => {
-            Some("the backend offers every primitive")
-        }
-        n if !breaks_links && LINK_SCENARIOS.contains(&n) => Some(
-            "the factory breaks no links (an in-process backend, or a client that finds its servers itself)",
-        ),
-        _ => None,
-    }
 }
 
 /// The scenarios that do not apply to `factory`'s backend, with the reason.
@@ -413,6 +378,8 @@ pub fn __block_on<T>(fut: impl Future<Output = T>) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenarios::LINK_SCENARIOS;
+    use dlock_core::Capabilities;
 
     /// Every name `skip_reason` decides on is a scenario (a rename cannot
     /// silently stop a skip).

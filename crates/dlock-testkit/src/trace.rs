@@ -246,7 +246,7 @@ where
 mod tests {
     use std::time::{Duration, Instant};
 
-    use dlock_core::driver::{Drift, Validity, keep};
+    use dlock_core::driver::{Drift, Keeper, Validity};
     use dlock_core::{Error, LockKey, trace::why};
 
     use super::Capture;
@@ -265,24 +265,27 @@ mod tests {
             let ttl = Duration::from_millis(300);
             let sent = Instant::now();
             let (validity, lost) = Validity::of_key("test", &key, sent, ttl, Drift::DEFAULT);
-            let keeper = tokio::spawn(keep(
+            let keeper = Keeper::new();
+            let kept = keeper.keep(
                 validity,
                 ttl,
                 true,
                 sent,
-                move || async move {
-                    if refused {
-                        Ok(Err(dlock_core::driver::Refusal::HeldByOther))
-                    } else {
-                        Err(Error::unavailable("test", "the link is down"))
-                    }
-                },
+                Box::new(move || {
+                    Box::pin(async move {
+                        if refused {
+                            Ok(Err(dlock_core::driver::Refusal::HeldByOther))
+                        } else {
+                            Err(Error::unavailable("test", "the link is down"))
+                        }
+                    })
+                }),
                 || false,
-            ));
+            );
             tokio::time::timeout(Duration::from_secs(10), lost.wait())
                 .await
                 .unwrap();
-            keeper.await.unwrap();
+            drop(kept);
             let of = |message| -> Vec<_> {
                 capture
                     .events(message)

@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal
 
 use crate::error::BACKEND;
 use crate::protocol;
-use crate::session::{Session, Watching};
+use crate::session::{Session, Watching, delete_in_background};
 use dlock_core::trace::{self, why};
 
 /// The guard of a ZooKeeper grant. Its token is its node's `czxid`.
@@ -248,28 +248,4 @@ impl Drop for ZkGuard {
             delete_in_background(&self.session, m.path.to_string());
         }
     }
-}
-
-/// Deletes a node in the background (drops, failed or timed-out clean-ups,
-/// a guard that ran out of time), retrying until it is gone or the session
-/// ended.
-pub(crate) fn delete_in_background(session: &Arc<Session>, path: String) {
-    if session.is_abandoned() {
-        return;
-    }
-    let timeout = session.request_timeout;
-    let (session, gone_session) = (Arc::clone(session), Arc::clone(session));
-    dlock_core::driver::clean_up_in_background(
-        format!("zookeeper: delete {path}"),
-        None,
-        move || gone_session.is_abandoned() || !gone_session.alive(),
-        move || {
-            let (session, path) = (Arc::clone(&session), path.clone());
-            async move {
-                protocol::delete(&session.client()?, &path, timeout)
-                    .await
-                    .map(drop)
-            }
-        },
-    );
 }

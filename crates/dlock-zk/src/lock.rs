@@ -11,9 +11,9 @@ use zookeeper_client::Acls;
 
 use crate::config::{ZkAcl, ZkConfig};
 use crate::error::BACKEND;
-use crate::guard::{ZkGuard, delete_in_background};
+use crate::guard::ZkGuard;
 use crate::protocol::{self, Recipe};
-use crate::session::Session;
+use crate::session::{Session, delete_in_background};
 use dlock_core::driver::OnDrop;
 
 /// A lock backend on ZooKeeper. Cheap to clone (clones share the session).

@@ -1,15 +1,13 @@
 //! A ZooKeeper session: the client, its state, and the signal that fires
 //! when the session ends.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Drift, Validity, saturating_add};
+use dlock_core::driver::{Drift, Inbox, Msg, Slot, Slots, Taken, Validity, saturating_add};
 use dlock_core::trace::why;
 use dlock_core::{Error, LockKey, LostSignal, LostTrigger, Result};
 use futures::StreamExt;
@@ -180,7 +178,6 @@ impl Session {
         own_ttl: Option<Arc<Validity>>,
     ) -> Watching {
         let watched = Arc::clone(&self.watched);
-        let id = watched.next.fetch_add(1, Ordering::Relaxed);
         let stopped = Arc::new(AtomicBool::new(false));
         let entry = Entry {
             stopped: Arc::clone(&stopped),
@@ -191,25 +188,24 @@ impl Session {
             watch_at: saturating_add(Instant::now(), WATCH_AFTER),
             watching: false,
         };
-        let mut state = watched.state();
-        if let Some(why) = state.over.or_else(|| self.out_of_time()) {
-            drop(state);
+        // Out of time: lost at once (the inbox is closed once the session
+        // ended).
+        let (id, taken) = match self.out_of_time() {
+            Some(why) => (0, Taken::Closed((entry, why))),
+            None => {
+                let wake = entry.wake();
+                match watched.inbox.keep(entry, wake) {
+                    (id, Taken::Closed(entry)) => (id, Taken::Closed((entry, why::SESSION_ENDED))),
+                    (id, Taken::Queued | Taken::Start) => (id, Taken::Queued),
+                }
+            }
+        };
+        if let Taken::Closed((entry, why)) = taken {
             let give_up = why != why::SESSION_ENDED;
             entry.lose(why);
             if give_up && self.alive() {
-                crate::guard::delete_in_background(self, entry.path.to_string());
+                delete_in_background(self, entry.path.to_string());
             }
-            return Watching { watched, id, stopped };
-        }
-        let wake = entry.wake();
-        state.inbox.push(Msg::Add(id, entry));
-        let tell = state.looks_by.is_none_or(|at| wake < at) || state.inbox.len() == COMPACT;
-        if tell {
-            state.looks_by = Some(Instant::now());
-        }
-        drop(state);
-        if tell {
-            watched.notify.notify_one();
         }
         Watching { watched, id, stopped }
     }
@@ -232,52 +228,21 @@ impl Session {
 /// deletion is noticed at most that much later.
 pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(50);
 
-/// The inbox size at which the task is told to look anyway.
-const COMPACT: usize = 64;
-
-/// The guards on one session and the inbox of their task; the task is
-/// told only when it must act before its next look (as the core's
-/// `Keeper` is): a guard released within [`WATCH_AFTER`] costs it no
-/// wake-up.
-#[derive(Default)]
+/// The guards on one session, watched by one task on the core's
+/// scheduler: the task is told only when it must act before its next look
+/// (as the core's `Keeper` is), so a guard released within
+/// [`WATCH_AFTER`] costs it no wake-up.
 pub(crate) struct Watched {
-    state: Mutex<WatchState>,
-    notify: tokio::sync::Notify,
-    next: AtomicU64,
+    inbox: Inbox<Entry>,
 }
 
-#[derive(Default)]
-struct WatchState {
-    inbox: Vec<Msg>,
-    /// When the task looks at the inbox without being told.
-    looks_by: Option<Instant>,
-    /// The session ended (why): a new guard is lost at once.
-    over: Option<&'static str>,
-}
-
-impl Watched {
-    fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn post(&self, msg: Msg, urgent: bool) {
-        let mut state = self.state();
-        if state.over.is_some() {
-            return;
-        }
-        state.inbox.push(msg);
-        if urgent || state.inbox.len() == COMPACT {
-            state.looks_by = Some(Instant::now());
-            drop(state);
-            self.notify.notify_one();
+impl Default for Watched {
+    fn default() -> Self {
+        // The task starts with the session.
+        Watched {
+            inbox: Inbox::running(),
         }
     }
-}
-
-enum Msg {
-    Add(u64, Entry),
-    Remove(u64),
-    Moved(u64),
 }
 
 struct Entry {
@@ -293,7 +258,7 @@ struct Entry {
     watching: bool,
 }
 
-impl Entry {
+impl Slot for Entry {
     fn wake(&self) -> Instant {
         let ttl = self.own_ttl.as_ref().map(|v| v.deadline());
         match (self.watching, ttl) {
@@ -303,7 +268,9 @@ impl Entry {
             (true, None) => saturating_add(Instant::now(), LONGEST_SLEEP),
         }
     }
+}
 
+impl Entry {
     fn lose(&self, why: &'static str) {
         if !self.stopped.load(Ordering::SeqCst) {
             dlock_core::driver::lose(&self.trigger, BACKEND, &self.key, why);
@@ -324,7 +291,7 @@ impl Watching {
     /// its node, so that the deletion is not taken for a loss.
     pub(crate) fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
-            self.watched.post(Msg::Remove(self.id), false);
+            self.watched.inbox.post(Msg::Forget(self.id), false);
         }
     }
 
@@ -332,7 +299,7 @@ impl Watching {
     /// again now, so a deadline moved earlier is kept too.
     pub(crate) fn moved(&self) {
         if !self.stopped.load(Ordering::SeqCst) {
-            self.watched.post(Msg::Moved(self.id), true);
+            self.watched.inbox.post(Msg::Moved(self.id), true);
         }
     }
 }
@@ -345,51 +312,6 @@ impl Drop for Watching {
 
 /// The longest the guards' task sleeps before it looks again.
 const LONGEST_SLEEP: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// The guards' slots by wake time (a heap with lazy deletion).
-#[derive(Default)]
-struct Slots {
-    entries: HashMap<u64, (Instant, Entry)>,
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-}
-
-impl Slots {
-    fn schedule(&mut self, id: u64, entry: Entry) {
-        let at = entry.wake();
-        self.entries.insert(id, (at, entry));
-        self.heap.push(Reverse((at, id)));
-        if self.heap.len() > 2 * self.entries.len() + COMPACT {
-            self.heap = self
-                .entries
-                .iter()
-                .map(|(id, (at, _))| Reverse((*at, *id)))
-                .collect();
-        }
-    }
-
-    fn take(&mut self, id: u64) -> Option<Entry> {
-        self.entries.remove(&id).map(|(_, entry)| entry)
-    }
-
-    fn next_wake(&mut self) -> Option<Instant> {
-        while let Some(&Reverse((at, id))) = self.heap.peek() {
-            if self.entries.get(&id).is_some_and(|(live, _)| *live == at) {
-                return Some(at);
-            }
-            self.heap.pop();
-        }
-        None
-    }
-
-    fn due(&mut self, now: Instant) -> Option<(u64, Entry)> {
-        let at = self.next_wake()?;
-        if at > now {
-            return None;
-        }
-        let Reverse((_, id)) = self.heap.pop()?;
-        self.take(id).map(|entry| (id, entry))
-    }
-}
 
 type Deletion = Pin<Box<dyn Future<Output = u64> + Send>>;
 
@@ -408,18 +330,7 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
         let Some(s) = session.upgrade() else {
             return;
         };
-        let inbox = std::mem::take(&mut watched.state().inbox);
-        for msg in inbox {
-            match msg {
-                Msg::Add(id, entry) => slots.schedule(id, entry),
-                Msg::Remove(id) => drop(slots.take(id)),
-                Msg::Moved(id) => {
-                    if let Some(entry) = slots.take(id) {
-                        slots.schedule(id, entry);
-                    }
-                }
-            }
-        }
+        slots.apply(watched.inbox.read());
         if !s.alive() {
             // `Ending` fires every guard.
             return;
@@ -430,15 +341,15 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
             // The server may have expired the session and granted the
             // locks elsewhere: every node must go, if the session lives on.
             // (Until it is heard from again, a new guard is fired at once.)
-            for (_, entry) in std::mem::take(slots).entries.into_values() {
+            for entry in slots.drain() {
                 entry.lose(why::SESSION_SILENT);
-                crate::guard::delete_in_background(&s, entry.path.to_string());
+                delete_in_background(&s, entry.path.to_string());
             }
         }
         while let Some((id, mut entry)) = slots.due(now) {
             if entry.own_ttl.as_ref().is_some_and(|v| v.deadline() <= now) {
                 entry.lose(why::DEADLINE);
-                crate::guard::delete_in_background(&s, entry.path.to_string());
+                delete_in_background(&s, entry.path.to_string());
                 continue;
             }
             if !entry.watching && entry.watch_at <= now {
@@ -454,7 +365,7 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
         }
         // No guard: nothing to look at until one comes (a guard that comes
         // while the session is out of time is lost at once).
-        let next = (!slots.entries.is_empty()).then(|| {
+        let next = (!slots.is_empty()).then(|| {
             let next = if in_time {
                 s.deadline()
             } else {
@@ -464,15 +375,11 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
             slots.next_wake().map_or(next, |at| at.min(next))
         });
         drop(s);
-        {
-            let mut state = watched.state();
-            if !state.inbox.is_empty() {
-                continue;
-            }
-            state.looks_by = next;
+        if !watched.inbox.sleep_until(next) {
+            continue;
         }
         tokio::select! {
-            () = watched.notify.notified() => {}
+            () = watched.inbox.told_to_look() => {}
             () = tokio::time::sleep_until(next.unwrap_or(now).into()), if next.is_some() => {}
             () = ended.wait() => {}
             Some(id) = deletions.next(), if !deletions.is_empty() => {
@@ -492,7 +399,7 @@ async fn watch_guards(session: Weak<Session>, watched: Arc<Watched>, ended: Lost
 struct Ending {
     watched: Arc<Watched>,
     session: Weak<Session>,
-    slots: Slots,
+    slots: Slots<Entry>,
 }
 
 impl Drop for Ending {
@@ -502,17 +409,8 @@ impl Drop for Ending {
         if let Some(session) = self.session.upgrade() {
             session.lost.fire();
         }
-        let mut state = self.watched.state();
-        state.over.get_or_insert(why::SESSION_ENDED);
-        state.looks_by = None;
-        let inbox = std::mem::take(&mut state.inbox);
-        drop(state);
-        for msg in inbox {
-            if let Msg::Add(id, entry) = msg {
-                self.slots.schedule(id, entry);
-            }
-        }
-        for (_, entry) in std::mem::take(&mut self.slots).entries.into_values() {
+        self.slots.apply(self.watched.inbox.ended(true));
+        for entry in self.slots.drain() {
             entry.lose(why::SESSION_ENDED);
         }
     }
@@ -599,4 +497,28 @@ async fn heartbeat(session: Weak<Session>) {
             () = reconnected => {}
         }
     }
+}
+
+/// Deletes a node in the background (drops, failed or timed-out clean-ups,
+/// a guard that ran out of time), retrying until it is gone or the session
+/// ended.
+pub(crate) fn delete_in_background(session: &Arc<Session>, path: String) {
+    if session.is_abandoned() {
+        return;
+    }
+    let timeout = session.request_timeout;
+    let (session, gone_session) = (Arc::clone(session), Arc::clone(session));
+    dlock_core::driver::clean_up_in_background(
+        format!("zookeeper: delete {path}"),
+        None,
+        move || gone_session.is_abandoned() || !gone_session.alive(),
+        move || {
+            let (session, path) = (Arc::clone(&session), path.clone());
+            async move {
+                protocol::delete(&session.client()?, &path, timeout)
+                    .await
+                    .map(drop)
+            }
+        },
+    );
 }

@@ -151,11 +151,10 @@ impl<F: LockFactory> Ctx<F> {
     }
 
     /// `Some(Verdict::Skipped(why))` when the scenario `name` does not apply
-    /// to this backend ([`skip_reason`](crate::skip_reason)), so a scenario
+    /// to this backend ([`skip_reason`]), so a scenario
     /// called directly skips itself as the runner would skip it.
     pub fn skipped(&self, name: &str) -> Option<crate::Verdict> {
-        crate::skip_reason(name, self.inner.caps, self.inner.factory.breaks_links())
-            .map(crate::Verdict::Skipped)
+        skip_reason(name, self.inner.caps, self.inner.factory.breaks_links()).map(crate::Verdict::Skipped)
     }
 
     /// A new independent client over a link the scenario breaks.
@@ -216,4 +215,39 @@ impl<F: LockFactory> Ctx<F> {
 
 pub(super) fn lost_or_not_held(e: &Error) -> bool {
     matches!(e, Error::Lost { .. } | Error::NotHeld { .. })
+}
+
+/// The scenarios that need a [`Link`](crate::Link): skipped for factories
+/// that break no links.
+pub const LINK_SCENARIOS: [&str; 4] = [
+    "cancelled_acquire_in_flight_leaves_nothing",
+    "unreachable_backend_is_unavailable",
+    "failed_release_is_not_ok",
+    "dead_link_fires_lost_in_time",
+];
+
+/// Why the scenario `name` does not apply to a backend with `caps` (whose
+/// factory does or does not [break links](LockFactory::breaks_links)), or
+/// `None` when it applies. The one place where skips are decided: the runner
+/// asks it before running a scenario, and the generated
+/// `declared_skips_match_the_backend` test compares it with the skips a
+/// driver declares.
+pub fn skip_reason(name: &str, caps: Capabilities, breaks_links: bool) -> Option<&'static str> {
+    match name {
+        "fifo_waiters" if !caps.fifo => Some("the backend does not promise FIFO"),
+        "tokens_increase_across_clients" | "fenced_stale_write_rejected" if !caps.fences() => {
+            Some("the backend gives no fencing tokens")
+        }
+        n if n.starts_with("read_write_") && !caps.read_write => {
+            Some("the backend offers no read-write locks")
+        }
+        n if n.starts_with("semaphore_") && !caps.semaphores => Some("the backend offers no semaphores"),
+        "unoffered_primitives_are_refused" if caps.read_write && caps.semaphores => {
+            Some("the backend offers every primitive")
+        }
+        n if !breaks_links && LINK_SCENARIOS.contains(&n) => Some(
+            "the factory breaks no links (an in-process backend, or a client that finds its servers itself)",
+        ),
+        _ => None,
+    }
 }

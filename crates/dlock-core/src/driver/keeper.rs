@@ -1,19 +1,20 @@
 //! [`Keeper`]: one task that keeps every guard of a client handle (its
 //! local deadline, its renewals), instead of a task per guard.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
+use super::outcome::Outcome;
+use super::schedule::{Inbox, Msg, Slot, Slots, Taken};
+use super::time::saturating_add;
+use super::validity::Validity;
 use crate::Result;
-use crate::driver::{Outcome, Validity, saturating_add};
 
 /// A renewal request: sends one renewal and says how it ended.
 pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>> + Send>> + Send>;
@@ -21,7 +22,8 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 /// The keeper of a client handle: one task, started with the first guard,
 /// that fires each guard's `lost()` at its local deadline and, with
 /// `auto_extend`, renews it at `ttl / 3` (counted from the last confirmed
-/// send), exactly as [`keep`](crate::driver::keep) does for one guard. A
+/// send). A refusal fires `lost()` at once; a failure that is not a
+/// refusal (the network) is retried until the deadline, bounded by it. A
 /// guard costs a slot in a timer queue, not a task, and usually not even a
 /// wake-up: the task is told about a new guard only when it is due before
 /// the task's own next look, and a released guard (never renewed once
@@ -53,17 +55,15 @@ pub type Renew = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Outcome>>
 #[derive(Debug)]
 pub struct Keeper {
     shared: Arc<Shared>,
-    next_id: AtomicU64,
 }
 
 impl Default for Keeper {
     fn default() -> Self {
         Keeper {
             shared: Arc::new(Shared {
+                inbox: Inbox::new(),
                 users: AtomicUsize::new(1),
-                ..Shared::default()
             }),
-            next_id: AtomicU64::new(0),
         }
     }
 }
@@ -75,87 +75,19 @@ impl Drop for Keeper {
     }
 }
 
-/// What the handle, its guards and the task share: the inbox, and how to
-/// tell the task to look at it.
-///
-/// A guard's arrival or departure is a message in the inbox, and the task
-/// is woken only when it must act sooner than it would anyway: a new slot
-/// due before the task's next wake, a moved deadline, or an inbox grown to
-/// [`COMPACT`] messages. The common case (a guard taken and released long
-/// before its first renewal) costs no wake-up at all: a stopped guard is
-/// never renewed (its flag says so), and its slot goes with the next look.
-#[derive(Debug, Default)]
+/// What the handle, its guards and the task share.
+#[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
-    notify: tokio::sync::Notify,
+    inbox: Inbox<Entry>,
     /// The handle and every live [`Kept`]; the task ends at zero.
     users: AtomicUsize,
-    /// How often the task was told to look (tests read it).
-    told: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    inbox: Vec<Msg>,
-    /// A task is running (false before the first guard, and after the
-    /// task's runtime went away).
-    running: bool,
-    /// When the task will look at the inbox without being told (`None`:
-    /// only when told).
-    looks_by: Option<Instant>,
-}
-
-/// The inbox size at which the task is told to look anyway (so released
-/// guards' slots do not pile up while it sleeps); told once, as the inbox
-/// reaches it.
-const COMPACT: usize = 64;
-
-enum Msg {
-    Keep(u64, Entry),
-    Forget(u64),
-    Moved(u64),
-}
-
-impl std::fmt::Debug for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Msg::Keep(id, _) => write!(f, "Keep({id})"),
-            Msg::Forget(id) => write!(f, "Forget({id})"),
-            Msg::Moved(id) => write!(f, "Moved({id})"),
-        }
-    }
 }
 
 impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn tell(&self) {
-        self.told.fetch_add(1, Ordering::Relaxed);
-        self.notify.notify_one();
-    }
-
-    /// Puts `msg` in the inbox; tells the task when it must look before
-    /// `looks_by` (or `urgent`), or the inbox is full. Nothing when no
-    /// task runs (its slots went with it).
-    fn post(&self, msg: Msg, urgent: bool) {
-        let mut state = self.state();
-        if !state.running {
-            return;
-        }
-        state.inbox.push(msg);
-        if urgent || state.inbox.len() == COMPACT {
-            state.looks_by = Some(Instant::now());
-            drop(state);
-            self.tell();
-        }
-    }
-
     /// One user fewer; the last one tells the task to end.
     fn leave(&self) {
         if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.tell();
+            self.inbox.tell();
         }
     }
 }
@@ -176,7 +108,7 @@ impl Kept {
     /// already sent may still complete; its outcome is ignored.
     pub fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
-            self.shared.post(Msg::Forget(self.id), false);
+            self.shared.inbox.post(Msg::Forget(self.id), false);
         }
     }
 
@@ -185,7 +117,7 @@ impl Kept {
     /// deadline moved *earlier* is kept too.
     pub fn moved(&self) {
         if !self.stopped.load(Ordering::SeqCst) {
-            self.shared.post(Msg::Moved(self.id), true);
+            self.shared.inbox.post(Msg::Moved(self.id), true);
         }
     }
 }
@@ -229,7 +161,7 @@ impl Drop for Entry {
     }
 }
 
-impl Entry {
+impl Slot for Entry {
     fn gone(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) || (self.abandoned)() || self.validity.is_lost()
     }
@@ -251,9 +183,11 @@ impl Keeper {
         Keeper::default()
     }
 
-    /// Keeps a guard: see [`keep`](crate::driver::keep) for the arguments
-    /// (`stopped` there is `abandoned` here: the handle was abandoned).
-    /// Call it inside a Tokio runtime.
+    /// Keeps a guard whose grant or last renewal was sent at `sent`: fires
+    /// `validity`'s `lost()` at its local deadline; with `auto_extend`,
+    /// calls `renew` at `ttl / 3` from the last confirmed send. Nothing
+    /// more once `abandoned()` turns true (the handle was abandoned: a
+    /// crash, as seen by the server). Call it inside a Tokio runtime.
     ///
     /// # Panics
     ///
@@ -269,7 +203,6 @@ impl Keeper {
         abandoned: impl Fn() -> bool + Send + 'static,
     ) -> Kept {
         let stopped = Arc::new(AtomicBool::new(false));
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
             validity,
             ttl,
@@ -280,21 +213,16 @@ impl Keeper {
             abandoned: Box::new(abandoned),
         };
         let wake = entry.wake();
-        let mut state = self.shared.state();
-        state.inbox.push(Msg::Keep(id, entry));
-        if !state.running {
+        let (id, taken) = self.shared.inbox.keep(entry, wake);
+        match taken {
+            Taken::Queued => {}
             // The first guard, or the task's runtime went away: a new task
-            // (it reads the inbox first).
-            state.running = true;
-            state.looks_by = Some(Instant::now());
-            drop(state);
-            // A task dropped unpolled (no runtime: `spawn` panics; a runtime
-            // shutting down) drops its marker too, which says no task runs.
-            drop(tokio::spawn(run(Running(Arc::clone(&self.shared)))));
-        } else if state.looks_by.is_none_or(|at| wake < at) || state.inbox.len() == COMPACT {
-            state.looks_by = Some(Instant::now());
-            drop(state);
-            self.shared.tell();
+            // (it reads the inbox first). A task dropped unpolled (no
+            // runtime: `spawn` panics; a runtime shutting down) drops its
+            // marker too, which says no task runs.
+            Taken::Start => drop(tokio::spawn(run(Running(Arc::clone(&self.shared))))),
+            // The keeper's inbox is never closed for good.
+            Taken::Closed(entry) => drop(entry),
         }
         self.shared.users.fetch_add(1, Ordering::AcqRel);
         Kept {
@@ -310,81 +238,14 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 
 type Renewing = Pin<Box<dyn Future<Output = Option<(u64, Entry)>> + Send>>;
 
-/// The guards' slots, and when each must be looked at: a heap of wake
-/// times (an entry rescheduled or forgotten leaves a stale one behind,
-/// skipped when it comes up and swept when stale ones outnumber the live).
-#[derive(Default)]
-struct Slots {
-    entries: HashMap<u64, (Instant, Entry)>,
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-}
-
-impl Slots {
-    fn schedule(&mut self, id: u64, entry: Entry) {
-        if entry.gone() {
-            return;
-        }
-        let at = entry.wake();
-        self.entries.insert(id, (at, entry));
-        self.heap.push(Reverse((at, id)));
-        if self.heap.len() > 2 * self.entries.len() + COMPACT {
-            self.heap = self
-                .entries
-                .iter()
-                .map(|(id, (at, _))| Reverse((*at, *id)))
-                .collect();
-        }
-    }
-
-    fn take(&mut self, id: u64) -> Option<Entry> {
-        self.entries.remove(&id).map(|(_, entry)| entry)
-    }
-
-    /// Looks at a queued entry again (mid-renewal, it is rescheduled
-    /// with a fresh wake time anyway).
-    fn moved(&mut self, id: u64) {
-        if let Some(entry) = self.take(id) {
-            self.schedule(id, entry);
-        }
-    }
-
-    /// The earliest live wake time, stale ones dropped on the way.
-    fn next_wake(&mut self) -> Option<Instant> {
-        while let Some(&Reverse((at, id))) = self.heap.peek() {
-            if self.entries.get(&id).is_some_and(|(live, _)| *live == at) {
-                return Some(at);
-            }
-            self.heap.pop();
-        }
-        None
-    }
-
-    /// The first entry due by `now`, out of the slots.
-    fn due(&mut self, now: Instant) -> Option<(u64, Entry)> {
-        let at = self.next_wake()?;
-        if at > now {
-            return None;
-        }
-        let Reverse((_, id)) = self.heap.pop()?;
-        self.take(id).map(|entry| (id, entry))
-    }
-}
-
 /// Marks the task gone when it ends or its runtime drops it.
 struct Running(Arc<Shared>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let unread = {
-            let mut state = self.0.state();
-            state.running = false;
-            state.looks_by = None;
-            // Messages for slots that went with this task.
-            std::mem::take(&mut state.inbox)
-        };
         // Guards not yet read fire `lost()` as their entries go (outside
-        // the lock: a lost signal runs its watchers).
-        drop(unread);
+        // the inbox's lock: a lost signal runs its watchers).
+        drop(self.0.inbox.ended(false));
     }
 }
 
@@ -394,38 +255,27 @@ async fn run(running: Running) {
     let mut slots = Slots::default();
     let mut renewing: FuturesUnordered<Renewing> = FuturesUnordered::new();
     loop {
-        let inbox = std::mem::take(&mut shared.state().inbox);
-        for msg in inbox {
-            match msg {
-                Msg::Keep(id, entry) => slots.schedule(id, entry),
-                Msg::Forget(id) => drop(slots.take(id)),
-                Msg::Moved(id) => slots.moved(id),
-            }
-        }
+        slots.apply(shared.inbox.read());
         let now = Instant::now();
         while let Some((id, entry)) = slots.due(now) {
             if let Some(renewal) = on_due(id, entry, &mut slots) {
                 renewing.push(renewal);
             }
         }
+        if shared.users.load(Ordering::Acquire) == 0 {
+            // Every guard is gone, so is every slot's reason to be.
+            drop(slots.drain());
+            if renewing.is_empty() {
+                return;
+            }
+        }
         let next = slots.next_wake();
-        {
-            let mut state = shared.state();
-            if !state.inbox.is_empty() {
-                continue;
-            }
-            if shared.users.load(Ordering::Acquire) == 0 {
-                // Every guard is gone, so is every slot's reason to be.
-                slots = Slots::default();
-                if renewing.is_empty() {
-                    return;
-                }
-            }
-            state.looks_by = next;
+        if !shared.inbox.sleep_until(next) {
+            continue;
         }
         let sleep = next.map(|at| at.min(saturating_add(Instant::now(), LONGEST_SLEEP)));
         tokio::select! {
-            () = shared.notify.notified() => {}
+            () = shared.inbox.told_to_look() => {}
             () = tokio::time::sleep_until(sleep.unwrap_or(now).into()), if sleep.is_some() => {}
             Some(done) = renewing.next(), if !renewing.is_empty() => {
                 if let Some((id, entry)) = done {
@@ -438,7 +288,7 @@ async fn run(running: Running) {
 
 /// An entry's time came: it is lost (deadline), renewed (a future to run),
 /// or looked at again later (a manual extend moved the deadline).
-fn on_due(id: u64, entry: Entry, slots: &mut Slots) -> Option<Renewing> {
+fn on_due(id: u64, entry: Entry, slots: &mut Slots<Entry>) -> Option<Renewing> {
     if entry.gone() {
         return None;
     }
@@ -502,6 +352,7 @@ async fn renew(mut entry: Entry) -> Option<Entry> {
 mod tests {
     use super::*;
     use crate::LockKey;
+    use crate::driver::schedule::COMPACT;
     use crate::driver::{Drift, Refusal};
     use std::sync::atomic::AtomicU32;
 
@@ -658,8 +509,8 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(10);
         while keeper
             .shared
-            .state()
-            .looks_by
+            .inbox
+            .looks_by()
             .is_none_or(|at| at < Instant::now() + Duration::from_secs(10))
         {
             assert!(Instant::now() < until, "the task never went to sleep");
@@ -695,18 +546,18 @@ mod tests {
         let _first = keep(long, Arc::clone(&none));
         // The task read the first guard and sleeps until its renewal.
         asleep(&keeper).await;
-        let told = keeper.shared.told.load(Ordering::Relaxed);
+        let told = keeper.shared.inbox.told();
         for _ in 0..1000 {
             drop(keep(long, Arc::clone(&none)));
         }
-        let woken = keeper.shared.told.load(Ordering::Relaxed) - told;
+        let woken = keeper.shared.inbox.told() - told;
         assert!(
             woken <= 2 * 1000 / COMPACT as u64 + 1,
             "told {woken} times for 1000 short holds"
         );
         // What piled up is read, and the task sleeps again.
         asleep(&keeper).await;
-        assert!(keeper.shared.state().inbox.len() < COMPACT);
+        assert!(keeper.shared.inbox.waiting() < COMPACT);
         // Due before the task's next look: told, and renewed in time.
         let renewals = Arc::new(AtomicU32::new(0));
         let (_short, lost) = keep(Duration::from_millis(300), Arc::clone(&renewals));
@@ -739,7 +590,7 @@ mod tests {
             )
         }));
         assert!(outside.is_err(), "kept outside a runtime");
-        assert!(!keeper.shared.state().running);
+        assert!(!keeper.shared.inbox.is_running());
         assert_eq!(keeper.shared.users.load(Ordering::SeqCst), 1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
