@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Kept, Validity};
+use dlock_core::driver::{Granted, Lease};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 
 use crate::error::BACKEND;
@@ -24,13 +24,9 @@ use crate::protocol::{Conn, MIN_TTL};
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct PostgresGuard {
     conn: Arc<Conn>,
-    key: LockKey,
     value: Arc<str>,
     token: FencingToken,
-    lost: LostSignal,
-    validity: Arc<Validity>,
-    keeper: Kept,
-    released: bool,
+    lease: Lease,
 }
 
 impl PostgresGuard {
@@ -43,41 +39,17 @@ impl PostgresGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, signal) =
-            Validity::of_key(BACKEND, &key, sent, ttl, dlock_core::driver::Drift::DEFAULT);
-        // The slot holds the connection weakly: a handle and its guards all
-        // gone close it, whenever the keeper looks next.
-        let keeper = {
-            let (c, name, v, stop) = (
-                Arc::downgrade(&conn),
-                Arc::<str>::from(key.as_str()),
-                Arc::clone(&value),
-                Arc::downgrade(&conn),
-            );
-            conn.keeper.keep(
-                Arc::clone(&validity),
-                ttl,
-                opts.auto_extend,
-                sent,
-                Box::new(move || {
-                    let (c, name, v) = (c.upgrade(), Arc::clone(&name), Arc::clone(&v));
-                    Box::pin(async move {
-                        let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the PostgresLock is gone"))?;
-                        c.extend(&name, &v, ttl).await
-                    })
-                }),
-                move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
-            )
-        };
+        let granted = Granted::new(sent, ttl, &opts);
+        let (name, v) = (Arc::<str>::from(key.as_str()), Arc::clone(&value));
+        let lease = Lease::keep(&conn, &key, granted, move |c| {
+            let (name, v) = (Arc::clone(&name), Arc::clone(&v));
+            async move { c.extend(&name, &v, ttl).await }
+        });
         PostgresGuard {
             conn,
-            key,
             value,
             token,
-            lost: signal,
-            validity,
-            keeper,
-            released: false,
+            lease,
         }
     }
 }
@@ -85,7 +57,7 @@ impl PostgresGuard {
 impl std::fmt::Debug for PostgresGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresGuard")
-            .field("key", &self.key)
+            .field("key", self.lease.key())
             .field("token", &self.token)
             .field("held", &self.is_held())
             .finish()
@@ -94,7 +66,7 @@ impl std::fmt::Debug for PostgresGuard {
 
 impl Guard for PostgresGuard {
     fn key(&self) -> &LockKey {
-        &self.key
+        self.lease.key()
     }
 
     fn token(&self) -> Option<FencingToken> {
@@ -102,11 +74,11 @@ impl Guard for PostgresGuard {
     }
 
     fn lost(&self) -> LostSignal {
-        self.lost.clone()
+        self.lease.lost()
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.conn.is_abandoned() && self.validity.is_valid()
+        self.lease.is_held(self.conn.is_abandoned())
     }
 
     /// See [`Guard::extend`]: moves the row's `lock_until` if `locked_by`
@@ -125,22 +97,12 @@ impl Guard for PostgresGuard {
     /// Dropping the future may or may not leave the row extended; the local
     /// deadline moves only on a confirmed extend.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        dlock_core::driver::check_ttl(BACKEND, ttl)?;
-        if self.conn.is_abandoned() {
-            return Err(Error::unavailable(BACKEND, "this PostgresLock was abandoned"));
-        }
-        let ttl = ttl.max(MIN_TTL);
-        let _permit = self.validity.renewal().await;
-        let sent = Instant::now();
-        let outcome = self.conn.extend(self.key.as_str(), &self.value, ttl).await?;
-        match outcome {
-            Ok(()) => {
-                self.validity.renewed(sent, ttl);
-                self.keeper.moved();
-            }
-            Err(refusal) => self.validity.lose(refusal.why()),
-        }
-        outcome.map_err(|r| r.into_error(&self.key))
+        let (conn, name, value) = (&self.conn, self.lease.key().as_str(), &self.value);
+        self.lease
+            .extend(ttl, MIN_TTL, conn.is_abandoned(), async |ttl| {
+                conn.extend(name, value, ttl).await
+            })
+            .await
     }
 
     /// See [`Guard::release`]: sets the row's `lock_until` to now if
@@ -158,32 +120,30 @@ impl Guard for PostgresGuard {
     /// Dropping the future after the statement was sent may or may not
     /// release; the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
-        self.keeper.stop();
+        self.lease.stop();
+        let key = self.lease.key().clone();
         if self.conn.is_abandoned() {
-            self.released = true;
+            self.lease.released();
             return Err(Error::unavailable(BACKEND, "this PostgresLock was abandoned"));
         }
-        let outcome = match self.conn.release(self.key.as_str(), &self.value).await {
+        let outcome = match self.conn.release(key.as_str(), &self.value).await {
             Ok(outcome) => outcome,
             // Drop retries in the background.
-            Err(e) => return dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), Err(e)),
+            Err(e) => return dlock_core::trace::release_result(BACKEND, &key, Some(self.token), Err(e)),
         };
-        self.released = true;
-        self.validity.fire_lost();
-        let result = outcome.map_err(|r| r.into_error(&self.key));
-        dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), result)
+        self.lease.released();
+        let result = outcome.map_err(|r| r.into_error(&key));
+        dlock_core::trace::release_result(BACKEND, &key, Some(self.token), result)
     }
 }
 
 impl Drop for PostgresGuard {
     fn drop(&mut self) {
-        self.keeper.stop();
-        self.validity.fire_lost();
-        if !self.released {
+        if self.lease.dropped() {
             self.conn.release_in_background(
-                self.key.as_str().into(),
+                self.lease.key().as_str().into(),
                 Arc::clone(&self.value),
-                self.validity.deadline(),
+                self.lease.validity().deadline(),
             );
         }
     }

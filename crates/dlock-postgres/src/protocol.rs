@@ -929,6 +929,19 @@ impl Conn {
     }
 }
 
+/// The handle's connection, as its guards' leases see it.
+impl dlock_core::driver::LeaseHome for Conn {
+    const BACKEND: &'static str = BACKEND;
+
+    fn keeper(&self) -> &Keeper {
+        &self.keeper
+    }
+
+    fn is_abandoned(&self) -> bool {
+        Conn::is_abandoned(self)
+    }
+}
+
 /// A short jittered pause before a statement that lost a conflict is sent
 /// again, longer with each loss, so that the losers do not collide again.
 async fn after_conflict(losses: u32) {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Kept, Validity};
+use dlock_core::driver::{Granted, Lease};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 
 use dlock_redis_protocol::Outcome;
@@ -25,17 +25,13 @@ use crate::protocol::{Conn, MIN_TTL};
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct RedisGuard {
     conn: Arc<Conn>,
-    key: LockKey,
     /// What it holds: the mutex (`None`), a read, a write or permits.
     kind: Option<Family>,
     /// Shared with the keeper's renewal (one copy per guard).
     lock_key: Arc<str>,
     value: Arc<str>,
     token: FencingToken,
-    lost: LostSignal,
-    validity: Arc<Validity>,
-    keeper: Kept,
-    released: bool,
+    lease: Lease,
 }
 
 impl RedisGuard {
@@ -51,43 +47,19 @@ impl RedisGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, signal) =
-            Validity::of_key(BACKEND, &key, sent, ttl, dlock_core::driver::Drift::DEFAULT);
-        // The keeper's slot holds the connection weakly: a handle and its
-        // guards all gone close it at once, whenever the keeper looks next.
-        let keeper = {
-            let (c, k, v, stop) = (
-                Arc::downgrade(&conn),
-                Arc::clone(&lock_key),
-                Arc::clone(&value),
-                Arc::downgrade(&conn),
-            );
-            conn.keeper.keep(
-                Arc::clone(&validity),
-                ttl,
-                opts.auto_extend,
-                sent,
-                Box::new(move || {
-                    let (c, k, v) = (c.upgrade(), Arc::clone(&k), Arc::clone(&v));
-                    Box::pin(async move {
-                        let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the RedisLock is gone"))?;
-                        c.extend(kind, &k, &v, ttl).await.map(Outcome::refusal)
-                    })
-                }),
-                move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
-            )
-        };
+        let granted = Granted::new(sent, ttl, &opts);
+        let (k, v) = (Arc::clone(&lock_key), Arc::clone(&value));
+        let lease = Lease::keep(&conn, &key, granted, move |c| {
+            let (k, v) = (Arc::clone(&k), Arc::clone(&v));
+            async move { c.extend(kind, &k, &v, ttl).await.map(Outcome::refusal) }
+        });
         RedisGuard {
             conn,
-            key,
             kind,
             lock_key,
             value,
             token,
-            lost: signal,
-            validity,
-            keeper,
-            released: false,
+            lease,
         }
     }
 
@@ -101,7 +73,7 @@ impl RedisGuard {
 impl std::fmt::Debug for RedisGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisGuard")
-            .field("key", &self.key)
+            .field("key", self.lease.key())
             .field("token", &self.token)
             .field("held", &self.is_held())
             .finish()
@@ -110,7 +82,7 @@ impl std::fmt::Debug for RedisGuard {
 
 impl Guard for RedisGuard {
     fn key(&self) -> &LockKey {
-        &self.key
+        self.lease.key()
     }
 
     fn token(&self) -> Option<FencingToken> {
@@ -118,11 +90,11 @@ impl Guard for RedisGuard {
     }
 
     fn lost(&self) -> LostSignal {
-        self.lost.clone()
+        self.lease.lost()
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.conn.is_abandoned() && self.validity.is_valid()
+        self.lease.is_held(self.conn.is_abandoned())
     }
 
     /// See [`Guard::extend`]: a compare-value `PEXPIRE`.
@@ -138,25 +110,14 @@ impl Guard for RedisGuard {
     /// Dropping the future may or may not leave the TTL extended; the local
     /// deadline moves only on a confirmed extend.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        dlock_core::driver::check_ttl(BACKEND, ttl)?;
-        if self.conn.is_abandoned() {
-            return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
-        }
-        let ttl = ttl.max(MIN_TTL);
-        let _permit = self.validity.renewal().await;
-        let sent = Instant::now();
-        let outcome = self
-            .conn
-            .extend(self.kind, &self.lock_key, &self.value, ttl)
-            .await?;
-        match outcome.refusal() {
-            Ok(()) => {
-                self.validity.renewed(sent, ttl);
-                self.keeper.moved();
-            }
-            Err(refusal) => self.validity.lose(refusal.why()),
-        }
-        outcome.into_result(&self.key)
+        let (conn, kind, lock_key, value) = (&self.conn, self.kind, &self.lock_key, &self.value);
+        self.lease
+            .extend(ttl, MIN_TTL, conn.is_abandoned(), async |ttl| {
+                conn.extend(kind, lock_key, value, ttl)
+                    .await
+                    .map(Outcome::refusal)
+            })
+            .await
     }
 
     /// See [`Guard::release`]: a compare-value `DEL` that announces the
@@ -173,40 +134,31 @@ impl Guard for RedisGuard {
     /// Dropping the future after the script was sent may or may not release;
     /// the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
-        self.keeper.stop();
+        self.lease.stop();
+        let key = self.lease.key().clone();
         if self.conn.is_abandoned() {
-            self.released = true;
+            self.lease.released();
             return Err(Error::unavailable(BACKEND, "this RedisLock was abandoned"));
         }
         // On an error (or a dropped future), Drop retries in the background.
         let outcome = match self.conn.release(self.kind, &self.lock_key, &self.value).await {
             Ok(outcome) => outcome,
-            Err(e) => return dlock_core::trace::release_result(BACKEND, &self.key, Some(self.token), Err(e)),
+            Err(e) => return dlock_core::trace::release_result(BACKEND, &key, Some(self.token), Err(e)),
         };
-        self.released = true;
-        self.validity.fire_lost();
-        dlock_core::trace::release_result(
-            BACKEND,
-            &self.key,
-            Some(self.token),
-            outcome.into_result(&self.key),
-        )
+        self.lease.released();
+        dlock_core::trace::release_result(BACKEND, &key, Some(self.token), outcome.into_result(&key))
     }
 }
 
 impl Drop for RedisGuard {
     fn drop(&mut self) {
-        self.keeper.stop();
-        // The keeper lets go of its slot whenever it looks next: the
-        // signal fires now, not with the slot's last reference.
-        self.validity.fire_lost();
-        if !self.released {
+        if self.lease.dropped() {
             release_in_background(
                 &self.conn,
                 self.kind,
                 Arc::clone(&self.lock_key),
                 Arc::clone(&self.value),
-                self.validity.deadline(),
+                self.lease.validity().deadline(),
             );
         }
     }

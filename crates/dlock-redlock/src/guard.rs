@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dlock_core::driver::{Kept, Validity};
+use dlock_core::driver::{Granted, Lease, Refusal};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 use dlock_redis_protocol::{Outcome, millis};
 
@@ -25,17 +25,13 @@ use crate::protocol::{Conn, MIN_TTL};
 #[must_use = "dropping the guard releases the lock (best effort)"]
 pub struct RedlockGuard {
     conn: Arc<Conn>,
-    key: LockKey,
     lock_key: String,
     value: String,
-    lost: LostSignal,
-    validity: Arc<Validity>,
-    keeper: Kept,
+    lease: Lease,
     /// The longest TTL any node's key was given (ms): a release that does
     /// not reach every node is retried that long, after which the key has
     /// expired everywhere.
     longest_ttl: AtomicU64,
-    released: bool,
 }
 
 impl RedlockGuard {
@@ -48,45 +44,24 @@ impl RedlockGuard {
         sent: Instant,
         opts: AcquireOptions,
     ) -> Self {
-        let (validity, lost) = Validity::of_key(BACKEND, &key, sent, ttl, conn.config.drift_of());
-        let keeper = {
-            // Weakly held, as in the Redis driver: the handle and its
-            // guards all gone close the connections at once.
-            let (c, k, v, stop) = (
-                Arc::downgrade(&conn),
-                lock_key.clone(),
-                value.clone(),
-                Arc::downgrade(&conn),
-            );
-            conn.keeper.keep(
-                Arc::clone(&validity),
-                ttl,
-                opts.auto_extend,
-                sent,
-                Box::new(move || {
-                    let (c, k, v) = (c.upgrade(), k.clone(), v.clone());
-                    Box::pin(async move {
-                        let c = c.ok_or_else(|| Error::unavailable(BACKEND, "the Redlock is gone"))?;
-                        let tally = c.extend_everywhere(&k, &v, ttl).await;
-                        tally
-                            .verdict(c.quorum())
-                            .map(Outcome::refusal)
-                            .ok_or_else(|| c.no_quorum("extend", tally))
-                    })
-                }),
-                move || stop.upgrade().is_none_or(|c| c.is_abandoned()),
-            )
-        };
+        let granted = Granted::new(sent, ttl, &opts).with_drift(conn.config.drift_of());
+        let (k, v) = (lock_key.clone(), value.clone());
+        let lease = Lease::keep(&conn, &key, granted, move |c| {
+            let (k, v) = (k.clone(), v.clone());
+            async move {
+                let tally = c.extend_everywhere(&k, &v, ttl).await;
+                tally
+                    .verdict(c.quorum())
+                    .map(Outcome::refusal)
+                    .ok_or_else(|| c.no_quorum("extend", tally))
+            }
+        });
         RedlockGuard {
             conn,
-            key,
             lock_key,
             value,
-            lost,
-            validity,
-            keeper,
+            lease,
             longest_ttl: AtomicU64::new(millis(ttl)),
-            released: false,
         }
     }
 }
@@ -103,7 +78,7 @@ impl RedlockGuard {
 impl std::fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedlockGuard")
-            .field("key", &self.key)
+            .field("key", self.lease.key())
             .field("held", &self.is_held())
             .finish()
     }
@@ -111,7 +86,7 @@ impl std::fmt::Debug for RedlockGuard {
 
 impl Guard for RedlockGuard {
     fn key(&self) -> &LockKey {
-        &self.key
+        self.lease.key()
     }
 
     /// Always `None`: Redlock cannot give a fencing token (see the crate docs).
@@ -120,11 +95,11 @@ impl Guard for RedlockGuard {
     }
 
     fn lost(&self) -> LostSignal {
-        self.lost.clone()
+        self.lease.lost()
     }
 
     fn is_held(&self) -> bool {
-        !self.lost.is_lost() && !self.conn.is_abandoned() && self.validity.is_valid()
+        self.lease.is_held(self.conn.is_abandoned())
     }
 
     /// See [`Guard::extend`]: the extend script on every node at once; a
@@ -142,41 +117,22 @@ impl Guard for RedlockGuard {
     /// Dropping the future may leave some nodes extended; the local deadline
     /// moves only on a confirmed quorum.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        dlock_core::driver::check_ttl(BACKEND, ttl)?;
-        if self.conn.is_abandoned() {
-            return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
-        }
-        let ttl = ttl.max(MIN_TTL);
-        let _permit = self.validity.renewal().await;
-        self.longest_ttl.fetch_max(millis(ttl), Ordering::Relaxed);
-        let sent = Instant::now();
-        let tally = self
-            .conn
-            .extend_everywhere(&self.lock_key, &self.value, ttl)
-            .await;
-        let elapsed = sent.elapsed();
-        let in_time = ttl > elapsed + self.conn.config.drift(ttl);
-        match tally.verdict(self.conn.quorum()) {
-            Some(Outcome::Done) if in_time => {
-                self.validity.renewed(sent, ttl);
-                self.keeper.moved();
-                Ok(())
-            }
-            Some(Outcome::Done) => {
-                // Confirmed too late to count on: the keys may be expiring.
-                self.validity.lose(dlock_core::trace::why::DEADLINE);
-                Err(Error::Lost {
-                    key: self.key.as_str().to_owned(),
-                })
-            }
-            Some(refused) => {
-                if let Err(refusal) = refused.refusal() {
-                    self.validity.lose(refusal.why());
+        let (conn, lock_key, value) = (&self.conn, &self.lock_key, &self.value);
+        self.lease
+            .extend(ttl, MIN_TTL, conn.is_abandoned(), async |ttl| {
+                self.longest_ttl.fetch_max(millis(ttl), Ordering::Relaxed);
+                let sent = Instant::now();
+                let tally = conn.extend_everywhere(lock_key, value, ttl).await;
+                let in_time = ttl > sent.elapsed() + conn.config.drift(ttl);
+                match tally.verdict(conn.quorum()) {
+                    // Confirmed too late to count on: the keys may be
+                    // expiring, so the lease is as good as expired.
+                    Some(Outcome::Done) if !in_time => Ok(Err(Refusal::Expired)),
+                    Some(outcome) => Ok(outcome.refusal()),
+                    None => Err(conn.no_quorum("extend", tally)),
                 }
-                refused.into_result(&self.key)
-            }
-            None => Err(self.conn.no_quorum("extend", tally)),
-        }
+            })
+            .await
     }
 
     /// See [`Guard::release`]: the release script on every node at once.
@@ -193,13 +149,13 @@ impl Guard for RedlockGuard {
     /// Dropping the future after sending may release on some nodes only; the
     /// TTL is the backstop.
     async fn release(mut self) -> Result<()> {
-        self.keeper.stop();
-        self.released = true;
+        self.lease.stop();
+        // Nodes that do not answer are asked again below, not on drop.
+        self.lease.released();
         if self.conn.is_abandoned() {
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
         let tally = self.conn.release_everywhere(&self.lock_key, &self.value).await;
-        self.validity.fire_lost();
         if tally.unanswered() > 0 {
             // Those nodes are asked again in the background.
             release_in_background(
@@ -210,20 +166,16 @@ impl Guard for RedlockGuard {
             );
         }
         let result = match tally.verdict(self.conn.quorum()) {
-            Some(outcome) => outcome.into_result(&self.key),
+            Some(outcome) => outcome.into_result(self.lease.key()),
             None => Err(self.conn.no_quorum("release", tally)),
         };
-        dlock_core::trace::release_result(BACKEND, &self.key, self.token(), result)
+        dlock_core::trace::release_result(BACKEND, self.lease.key(), self.token(), result)
     }
 }
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
-        self.keeper.stop();
-        // The keeper lets go of its slot whenever it looks next: the
-        // signal fires now, not with the slot's last reference.
-        self.validity.fire_lost();
-        if !self.released {
+        if self.lease.dropped() {
             let until = self.release_until();
             release_in_background(
                 &self.conn,

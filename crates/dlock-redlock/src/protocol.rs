@@ -288,3 +288,16 @@ impl Conn {
         }
     }
 }
+
+/// The handle's connection, as its guards' leases see it.
+impl dlock_core::driver::LeaseHome for Conn {
+    const BACKEND: &'static str = BACKEND;
+
+    fn keeper(&self) -> &dlock_core::driver::Keeper {
+        &self.keeper
+    }
+
+    fn is_abandoned(&self) -> bool {
+        Conn::is_abandoned(self)
+    }
+}

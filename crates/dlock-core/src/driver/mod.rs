@@ -18,7 +18,8 @@
 //!   client handle and fires its `lost()` at the deadline, in one task (a
 //!   guard costs a slot, not a task), over the scheduler every such task
 //!   shares ([`Inbox`], [`Slots`]: a session backend's guard watcher runs
-//!   on it too).
+//!   on it too); [`Lease`], what a lease backend's guard keeps of its
+//!   grant (deadline, slot, extend, release on drop), once.
 //! - background work: [`clean_up_in_background`], the one detached
 //!   clean-up (release on drop, a contender entry left by a cancelled or
 //!   timed-out acquire), with one retry policy; [`spawn_detached`] for a
@@ -37,6 +38,7 @@
 mod background;
 mod checks;
 mod keeper;
+mod lease;
 mod outcome;
 mod owner;
 pub(crate) mod schedule;
@@ -49,6 +51,7 @@ pub use background::{
 };
 pub use checks::{check_permits, check_ttl};
 pub use keeper::{Keeper, Kept, Renew};
+pub use lease::{Granted, Lease, LeaseHome};
 pub use outcome::{Outcome, Refusal};
 pub use owner::since_of_detail;
 pub use schedule::{COMPACT, Inbox, Msg, Slot, Slots, Taken};
