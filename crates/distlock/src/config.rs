@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+use dlock_core::driver::redact_url;
 use dlock_core::{AcquireOptions, Error, Result, Wait};
 use serde::{Deserialize, Serialize};
 
@@ -116,7 +117,7 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
     if !auth.contains('@') && path.contains('@') {
         return Err(invalid(format!(
             "URL {}: an `@` after the host: a password holding `/`, `?` or `#` must be percent-encoded",
-            redact(url)
+            redact_url(url)
         )));
     }
     let (userinfo, hosts) = match auth.rsplit_once('@') {
@@ -132,7 +133,7 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
     };
     let hosts: Vec<&str> = hosts.split(',').collect();
     if hosts.iter().any(|h| h.is_empty()) {
-        return Err(invalid(format!("URL {}: missing host", redact(url))));
+        return Err(invalid(format!("URL {}: missing host", redact_url(url))));
     }
     for h in &hosts {
         if let Some((_, port)) = h.rsplit_once(':')
@@ -141,7 +142,7 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
         {
             return Err(invalid(format!(
                 "URL {}: port {port:?} of host {h:?} is not a number",
-                redact(url)
+                redact_url(url)
             )));
         }
     }
@@ -151,11 +152,6 @@ fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
         hosts,
         path,
     })
-}
-
-/// The URL with any password replaced by `***` (for messages and logs).
-pub(crate) fn redact(url: &str) -> String {
-    dlock_core::driver::redact_url(url)
 }
 
 fn with_port(host: &str, port: u16) -> String {
@@ -194,13 +190,13 @@ impl Config {
     pub fn from_url(url: &str) -> Result<Config> {
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| invalid(format!("{:?} is not a URL (scheme://...)", redact(url))))?;
+            .ok_or_else(|| invalid(format!("{:?} is not a URL (scheme://...)", redact_url(url))))?;
         match scheme {
             "mem" => {
                 if !rest.is_empty() {
                     return Err(invalid(format!(
                         "mem:// takes nothing after the scheme, got {:?}",
-                        redact(url)
+                        redact_url(url)
                     )));
                 }
                 Ok(Config::Mem)
@@ -210,7 +206,7 @@ impl Config {
                 if a.hosts.len() > 1 && !scheme.ends_with("cluster") {
                     return Err(invalid(format!(
                         "URL {}: one Redis server per redis:// URL (use redlock:// for several independent nodes)",
-                        redact(url)
+                        redact_url(url)
                     )));
                 }
                 Self::redis(url)
@@ -231,7 +227,10 @@ impl Config {
             "etcd" | "etcds" => {
                 let a = authority(url, rest)?;
                 if !a.path.is_empty() && a.path != "/" {
-                    return Err(invalid(format!("URL {}: etcd URLs take no path", redact(url))));
+                    return Err(invalid(format!(
+                        "URL {}: etcd URLs take no path",
+                        redact_url(url)
+                    )));
                 }
                 let http = if scheme == "etcds" { "https" } else { "http" };
                 let endpoints = a

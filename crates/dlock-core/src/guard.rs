@@ -39,13 +39,13 @@ pub trait Guard: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidConfig`] for a TTL of zero or more than
+    /// - [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a TTL of zero or more than
     ///   [`AcquireOptions::MAX_TTL`](crate::AcquireOptions::MAX_TTL), before
     ///   anything is sent (the lock stays held as it was);
-    /// - [`Error::Lost`] if the lock had already expired (an extend never
+    /// - [`Error::Lost`](crate::Error::Lost) if the lock had already expired (an extend never
     ///   re-creates an expired lock);
-    /// - [`Error::NotHeld`] if someone else holds the key now;
-    /// - [`Error::Unavailable`] / [`Error::Backend`] when the backend failed:
+    /// - [`Error::NotHeld`](crate::Error::NotHeld) if someone else holds the key now;
+    /// - [`Error::Unavailable`](crate::Error::Unavailable) / [`Error::Backend`](crate::Error::Backend) when the backend failed:
     ///   the lock may or may not have been extended.
     ///
     /// # Cancel safety
@@ -58,10 +58,10 @@ pub trait Guard: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// - [`Error::Lost`] if the lock had already expired;
-    /// - [`Error::NotHeld`] if someone else holds the key now (their lock is
+    /// - [`Error::Lost`](crate::Error::Lost) if the lock had already expired;
+    /// - [`Error::NotHeld`](crate::Error::NotHeld) if someone else holds the key now (their lock is
     ///   left alone);
-    /// - [`Error::Unavailable`] / [`Error::Backend`]: the release may not have
+    /// - [`Error::Unavailable`](crate::Error::Unavailable) / [`Error::Backend`](crate::Error::Backend): the release may not have
     ///   happened; the TTL frees the key.
     ///
     /// # Cancel safety
@@ -71,7 +71,7 @@ pub trait Guard: Send + Sync + 'static {
     fn release(self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// What [`Lock::with_lock`] hands to its closure: the key, the token, and the
+/// What [`Lock::with_lock`](crate::Lock::with_lock) hands to its closure: the key, the token, and the
 /// lost signal of the guard it holds.
 #[derive(Debug, Clone)]
 pub struct Held {

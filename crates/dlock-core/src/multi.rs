@@ -8,7 +8,7 @@ use futures::future::join_all;
 
 use crate::{FencingToken, Guard, LockKey, LostSignal, LostTrigger, Result};
 
-/// The guard of several names held together ([`Lock::acquire_all`]): one
+/// The guard of several names held together ([`Lock::acquire_all`](crate::Lock::acquire_all)): one
 /// part per name, in name order.
 ///
 /// It behaves as one guard: [`lost`](Self::lost) fires when any part is (or

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use dlock_core::driver::endpoint_of;
 use dlock_core::{
@@ -253,10 +253,7 @@ impl EtcdLock {
     }
 
     fn value(&self) -> String {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        format!("{} {} {since}", self.inner.host, std::process::id())
+        dlock_core::driver::owner_detail(&self.inner.host)
     }
 }
 
@@ -333,7 +330,7 @@ impl Lock for EtcdLock {
                 Holder {
                     role,
                     id: String::from_utf8_lossy(kv.key()).into_owned(),
-                    since: dlock_core::driver::since_of_detail(&detail),
+                    since: dlock_core::driver::Owner::from_detail(&detail).and_then(|o| o.since()),
                     detail,
                     token: u64::try_from(kv.create_revision()).ok(),
                     remaining: None,

@@ -1,7 +1,7 @@
 //! [`PostgresLock`]: connecting, acquiring, waiting, and the operator views.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use dlock_core::driver::saturating_add;
 use dlock_core::{
@@ -12,7 +12,7 @@ use dlock_core::{
 use crate::config::PostgresConfig;
 use crate::error::BACKEND;
 use crate::guard::PostgresGuard;
-use crate::protocol::{Conn, Found, MIN_TTL, new_value};
+use crate::protocol::{Conn, Found, MIN_TTL};
 
 /// The fallback poll while waiting, jittered between half and all of this,
 /// and never longer than the holder's remaining TTL.
@@ -131,7 +131,7 @@ impl PostgresLock {
     /// background and a grant nobody received is released (see the
     /// protocol's docs).
     async fn attempt(&self, key: &LockKey, ttl: Duration) -> Result<(Found, Arc<str>, Instant)> {
-        let value: Arc<str> = new_value(&self.inner.host).into();
+        let value: Arc<str> = dlock_core::driver::owner_value(&self.inner.host).into();
         let (found, sent) = self.inner.conn.acquire(key.as_str(), &value, ttl).await?;
         Ok((found, value, sent))
     }
@@ -254,7 +254,7 @@ impl Lock for PostgresLock {
             .map(|row| Holder {
                 role: dlock_core::Role::Mutex,
                 id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
-                since: since_of_locked_by(&row.locked_by),
+                since: dlock_core::driver::Owner::from_value(&row.locked_by).and_then(|o| o.since()),
                 detail: row.locked_by,
                 // A row ShedLock inserted has no token (fence 0).
                 token: u64::try_from(row.fence).ok().filter(|&t| t > 0),
@@ -291,11 +291,4 @@ impl Lock for PostgresLock {
             other => Err(other.unsupported(BACKEND)),
         }
     }
-}
-
-/// When a holder acquired, if dlock wrote its `locked_by` (`dlock1 <nonce>
-/// <host> <pid> <unix ms>`; wall clock, display only).
-fn since_of_locked_by(locked_by: &str) -> Option<SystemTime> {
-    let ms: u64 = locked_by.split(' ').nth(4)?.parse().ok()?;
-    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }

@@ -1033,17 +1033,6 @@ fn outcome(done: i32, ours: Option<i32>, live: Option<i32>) -> Result<Outcome> {
     })
 }
 
-/// A fresh owner value: `dlock1 <128-bit nonce> <host> <pid> <unix ms>`,
-/// unique per grant (what release and extend compare), telling an operator
-/// who holds.
-pub(crate) fn new_value(host: &str) -> String {
-    let nonce: u128 = rand::random();
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("dlock1 {nonce:032x} {host} {} {since}", std::process::id())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1059,9 +1048,8 @@ mod tests {
     }
 
     #[test]
-    fn huge_ttls_are_cut_and_values_are_unique() {
+    fn huge_ttls_are_cut() {
         assert!(seconds(Duration::MAX).is_finite());
-        assert_ne!(new_value("h"), new_value("h"));
     }
 
     #[test]

@@ -115,16 +115,6 @@ fn is_connection_failure(details: &str) -> bool {
     .any(|m| d.contains(m))
 }
 
-/// The URL with any password replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    dlock_core::driver::redact_url(url)
-}
-
-/// This machine's name, for lock values (whitespace replaced).
-pub fn host_name() -> String {
-    dlock_core::driver::host_name()
-}
-
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and
 /// at most [`FAR_FUTURE`](dlock_core::driver::FAR_FUTURE) (a century: what
 /// Redis takes, and no one can tell the difference).
@@ -137,16 +127,6 @@ pub fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_never_show() {
-        assert_eq!(redact_url("redis://u:p@h:1/2"), "redis://u:***@h:1/2");
-        assert_eq!(redact_url("rediss://:p@h:1"), "rediss://:***@h:1");
-        assert_eq!(redact_url("redis://token@h"), "redis://***@h");
-        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
-        assert_eq!(redact_url("no-scheme"), "no-scheme");
-        assert_eq!(redact_url("redis://u:se/cret@h"), "redis://u:***@h");
-    }
 
     #[test]
     fn fred_errors_map_by_what_the_caller_can_do() {

@@ -618,51 +618,6 @@ pub fn channel(lock_key: &str) -> String {
     format!("{CHANNEL_PREFIX}{lock_key}")
 }
 
-/// What an operator sees in a lock value written by dlock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValueInfo {
-    /// The random nonce (hex) that makes the value unique.
-    pub nonce: String,
-    /// The holder's host name.
-    pub host: String,
-    /// The holder's process id.
-    pub pid: u32,
-    /// When the holder acquired, as Unix milliseconds (wall clock; for display,
-    /// never for validity).
-    pub since_unix_ms: u64,
-}
-
-/// Makes a fresh lock value: a new 128-bit nonce and this process's identity.
-pub fn new_value(host: &str) -> String {
-    let nonce: u128 = rand::random();
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    format!("dlock1 {nonce:032x} {host} {} {since}", std::process::id())
-}
-
-/// Reads a value written by [`new_value`]; `None` for anything else (a value
-/// set by another client).
-pub fn parse_value(value: &str) -> Option<ValueInfo> {
-    let mut parts = value.split(' ');
-    if parts.next()? != "dlock1" {
-        return None;
-    }
-    let nonce = parts.next()?.to_owned();
-    let host = parts.next()?.to_owned();
-    let pid = parts.next()?.parse().ok()?;
-    let since_unix_ms = parts.next()?.parse().ok()?;
-    if parts.next().is_some() || nonce.len() != 32 {
-        return None;
-    }
-    Some(ValueInfo {
-        nonce,
-        host,
-        pid,
-        since_unix_ms,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,10 +650,15 @@ mod tests {
 
     #[test]
     fn a_members_token_is_told_apart_from_its_value() {
-        let v = new_value("t1");
+        let v = dlock_core::driver::owner_value("t1");
         let held = with_token(&v, 1_700_000_000_123_456);
         assert_eq!(split_token(&held), (v.as_str(), Some(1_700_000_000_123_456)));
-        assert_eq!(parse_value(split_token(&held).0).unwrap().host, "t1");
+        assert_eq!(
+            dlock_core::driver::Owner::from_value(split_token(&held).0)
+                .unwrap()
+                .host,
+            "t1"
+        );
         let permit = permits_member(2, &held);
         assert_eq!(permit, format!("2 {v} t1700000000123456"));
         // Members written before tokens were stored: no token, not a wrong one.
@@ -715,23 +675,5 @@ mod tests {
             split_token("x t99999999999999999999"),
             ("x t99999999999999999999", None)
         );
-    }
-
-    #[test]
-    fn values_round_trip_and_foreign_values_are_not_ours() {
-        let v = new_value("host-1");
-        let info = parse_value(&v).unwrap();
-        assert_eq!(info.host, "host-1");
-        assert_eq!(info.pid, std::process::id());
-        assert_ne!(parse_value(&new_value("host-1")).unwrap().nonce, info.nonce);
-        for foreign in [
-            "",
-            "locked",
-            "dlock1",
-            "dlock1 xyz h 1 2",
-            "dlock1 00000000000000000000000000000000 h x 2",
-        ] {
-            assert_eq!(parse_value(foreign), None, "{foreign:?}");
-        }
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_redis_protocol::redact_url;
+use dlock_core::driver::redact_url;
 use serde::{Deserialize, Serialize};
 
 /// How to reach Redis. Deserializable (`#[serde(default)]`: every field may

@@ -107,7 +107,6 @@ mod protocol;
 pub use dlock_redis_protocol::scripts;
 
 pub use config::RedisConfig;
-pub use dlock_redis_protocol::redact_url;
 pub use guard::RedisGuard;
 pub use lock::RedisLock;
 pub use protocol::MIN_TTL;

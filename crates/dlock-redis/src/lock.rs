@@ -1,15 +1,15 @@
 //! [`RedisLock`]: connecting, acquiring, waiting, and the operator views.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use dlock_core::driver::host_name;
 use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{
     AcquireOptions, Capabilities, Claim, Error, Fencing, FencingToken, Holder, Lock, LockKey, Result, Role,
     Wait, Waiting,
 };
 use dlock_redis_protocol::calls::{Family, Fenced};
-use dlock_redis_protocol::host_name;
 use dlock_redis_protocol::notices::Waiters;
 use dlock_redis_protocol::scripts::{self, FENCE_SUFFIX};
 use tokio::task::JoinHandle;
@@ -204,7 +204,7 @@ impl RedisLock {
         ttl: Duration,
         waiter: Option<&str>,
     ) -> Result<Attempt> {
-        let value: Arc<str> = scripts::new_value(&self.inner.host).into();
+        let value: Arc<str> = dlock_core::driver::owner_value(&self.inner.host).into();
         // Disarmed only for a reply we understood: a grant whose token we
         // refuse (or whose reply we lost) is released in the background,
         // until its TTL has run out anyway.
@@ -335,10 +335,7 @@ impl Lock for RedisLock {
             Some(held) => held.fence_counter,
             None => self.inner.conn.fence_counter(&lock_key).await?,
         };
-        let since = |value: &str| {
-            scripts::parse_value(value)
-                .and_then(|i| UNIX_EPOCH.checked_add(Duration::from_millis(i.since_unix_ms)))
-        };
+        let since = |value: &str| dlock_core::driver::Owner::from_value(value).and_then(|o| o.since());
         let mut all: Vec<Holder> = mutex
             .into_iter()
             .map(|held| Holder {

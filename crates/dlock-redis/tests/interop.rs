@@ -14,8 +14,12 @@
 
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::Owner;
 use dlock_core::{AcquireOptions, Guard, Lock, LockKey, Role, Wait};
-use dlock_redis::scripts::parse_value as info;
+
+fn info(value: &str) -> Option<Owner> {
+    Owner::from_value(value)
+}
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, shared};
 use dlock_testkit::reference::Holds;

@@ -5,8 +5,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::Owner;
 use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
-use dlock_redis::scripts::parse_value as info;
+
+fn info(value: &str) -> Option<Owner> {
+    Owner::from_value(value)
+}
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, redis::command};
 

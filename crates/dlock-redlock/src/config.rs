@@ -102,13 +102,13 @@ impl RedlockConfig {
             if !url.contains("://") || !matches!(scheme, "redis" | "rediss") {
                 return Err(Error::InvalidConfig(format!(
                     "redlock node {}: the scheme must be redis:// or rediss://",
-                    dlock_redis_protocol::redact_url(url)
+                    dlock_core::driver::redact_url(url)
                 )));
             }
             fred::types::config::Config::from_url(url).map_err(|e| {
                 Error::InvalidConfig(format!(
                     "redlock node {}: {}",
-                    dlock_redis_protocol::redact_url(url),
+                    dlock_core::driver::redact_url(url),
                     e.details()
                 ))
             })?;
@@ -133,7 +133,7 @@ impl fmt::Debug for RedlockConfig {
         let nodes: Vec<String> = self
             .nodes
             .iter()
-            .map(|u| dlock_redis_protocol::redact_url(u))
+            .map(|u| dlock_core::driver::redact_url(u))
             .collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)

@@ -4,11 +4,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::host_name;
 use dlock_core::driver::{OnDrop, saturating_add};
 use dlock_core::{AcquireOptions, Capabilities, Claim, Error, Fencing, Lock, LockKey, Result, Wait, Waiting};
 use dlock_redis_protocol::calls::Unfenced;
 use dlock_redis_protocol::notices::Waiters;
-use dlock_redis_protocol::{host_name, millis, scripts};
+use dlock_redis_protocol::{millis, scripts};
 use tokio::task::JoinHandle;
 
 use crate::config::RedlockConfig;
@@ -193,7 +194,7 @@ impl Redlock {
     /// on every node (awaited) before returning.
     async fn attempt(&self, lock_key: &str, ttl: Duration, waiter: Option<&str>) -> Result<Attempt> {
         let conn = &self.inner.conn;
-        let value = scripts::new_value(&self.inner.host);
+        let value = dlock_core::driver::owner_value(&self.inner.host);
         let sent = Instant::now();
         // Released on every node if the attempt ends without a verdict (a
         // dropped future): until its TTL has passed everywhere.

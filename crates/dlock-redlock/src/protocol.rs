@@ -7,9 +7,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::redact_url;
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::calls::{Scripts, Unfenced};
-use dlock_redis_protocol::{Outcome, redact_url, scripts};
+use dlock_redis_protocol::{Outcome, scripts};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::Builder;

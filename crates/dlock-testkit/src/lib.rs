@@ -245,12 +245,22 @@
 //!   a `Notify`, woken by a pub/sub message, a watch or a `NOTIFY`, and all
 //!   woken when the connection drops). A generic one in `dlock_core::driver`
 //!   would remove about 60 lines per driver.
-//! - **The guard** of a lease-based driver (Redis, Redlock, PostgreSQL) is
-//!   the same `Guard` impl over its own `extend(value)` / `release(value)`:
-//!   a guard generic over a trait of those two would remove most of
-//!   `guard.rs`.
-//! - **The owner value's format** (`host:pid:random`) is written in two
-//!   places (the Redis protocol crate and PostgreSQL's).
+//!
+//! Since done, in `dlock_core::driver`:
+//!
+//! - **The guard** of a lease-based driver (Redis, Redlock, PostgreSQL)
+//!   keeps its grant in a `driver::Lease` (deadline, keeper slot, extend,
+//!   release and drop bookkeeping); `guard.rs` holds only what is the
+//!   backend's own.
+//! - **The owner value** has one writer and parser: `driver::owner_value`
+//!   (`dlock1 <nonce> <host> <pid> <unix ms>`, unique per grant, for the
+//!   backends that compare it) and `driver::owner_detail` (`<host> <pid>
+//!   <unix ms>`, beside a key or node that already names the grant), read
+//!   back by `driver::Owner`.
+//! - **The renewal engine**: every guard's deadline and renewals (the
+//!   lease backends' and `MemLock`'s) run on `driver::Keeper`, and
+//!   ZooKeeper's guard watcher on the same scheduler
+//!   (`driver::Inbox`, `driver::Slots`).
 //!
 //! A driver reports through `tracing` with the functions of
 //! [`dlock_core::trace`] (`queued`, `lost`, `release_result`; the core

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use dlock_core::{
     AcquireOptions, Capabilities, Claim, Error, Fencing, Holder, Lock, LockKey, Result, Wait, Waiting,
@@ -183,10 +183,7 @@ impl ZkLock {
     }
 
     fn data(&self) -> Vec<u8> {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        format!("{} {} {since}", self.inner.host, std::process::id()).into_bytes()
+        dlock_core::driver::owner_detail(&self.inner.host).into_bytes()
     }
 }
 
@@ -311,7 +308,7 @@ impl Lock for ZkLock {
                 Holder {
                     role,
                     id: node,
-                    since: dlock_core::driver::since_of_detail(&detail),
+                    since: dlock_core::driver::Owner::from_detail(&detail).and_then(|o| o.since()),
                     detail,
                     token: u64::try_from(stat.czxid).ok(),
                     remaining: None,

@@ -25,7 +25,8 @@
 //!   timed-out acquire), with one retry policy; [`spawn_detached`] for a
 //!   single detached request (a revoke, an unsubscribe); [`OnDrop`], the
 //!   armed drop guard that starts one when a call ends early.
-//! - owner: what a holder writes about itself ([`since_of_detail`]).
+//! - owner: what a holder writes about itself, the one writer and
+//!   parser ([`owner_value`], [`owner_detail`], [`Owner`]).
 //! - urls: where the servers are, as messages show it ([`endpoint_of`],
 //!   [`redact_url`], [`host_name`]).
 //! - [`acquire_all`]: what `Lock::acquire_all` does by default, for a
@@ -53,7 +54,7 @@ pub use checks::{check_permits, check_ttl};
 pub use keeper::{Keeper, Kept, Renew};
 pub use lease::{Granted, Lease, LeaseHome};
 pub use outcome::{Outcome, Refusal};
-pub use owner::since_of_detail;
+pub use owner::{Owner, VALUE_TAG, owner_detail, owner_value};
 pub use schedule::{COMPACT, Inbox, Msg, Slot, Slots, Taken};
 pub use time::{Drift, FAR_FUTURE, drift, saturating_add, wait_deadline, within_wait};
 pub use url::{endpoint_of, host_name, redact_url};
