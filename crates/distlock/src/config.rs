@@ -97,74 +97,6 @@ fn feature_off(feature: &str) -> Error {
     ))
 }
 
-/// Splits `[user[:password]@]hosts[/path][?query]` (what follows `scheme://`).
-struct Authority<'a> {
-    user: Option<&'a str>,
-    password: Option<&'a str>,
-    hosts: Vec<&'a str>,
-    path: &'a str,
-}
-
-fn authority<'a>(url: &str, rest: &'a str) -> Result<Authority<'a>> {
-    // The authority ends at the first `/`, `?` or `#` (so a chroot or a
-    // query may hold `@`); its userinfo runs to its last `@`. An `@` past the
-    // authority is refused when the authority holds none: it is most likely
-    // a password holding `/`, `?` or `#`, which must be percent-encoded, and
-    // guessing would either show a piece of it as a host or connect
-    // somewhere else. (`redact` hides everything up to the last `@`.)
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (auth, path) = rest.split_at(end);
-    if !auth.contains('@') && path.contains('@') {
-        return Err(invalid(format!(
-            "URL {}: an `@` after the host: a password holding `/`, `?` or `#` must be percent-encoded",
-            redact_url(url)
-        )));
-    }
-    let (userinfo, hosts) = match auth.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, auth),
-    };
-    let (user, password) = match userinfo {
-        Some(u) => match u.split_once(':') {
-            Some((user, pw)) => ((!user.is_empty()).then_some(user), Some(pw)),
-            None => (Some(u), None),
-        },
-        None => (None, None),
-    };
-    let hosts: Vec<&str> = hosts.split(',').collect();
-    if hosts.iter().any(|h| h.is_empty()) {
-        return Err(invalid(format!("URL {}: missing host", redact_url(url))));
-    }
-    for h in &hosts {
-        if let Some((_, port)) = h.rsplit_once(':')
-            && !port.contains(']')
-            && port.parse::<u16>().is_err()
-        {
-            return Err(invalid(format!(
-                "URL {}: port {port:?} of host {h:?} is not a number",
-                redact_url(url)
-            )));
-        }
-    }
-    Ok(Authority {
-        user,
-        password,
-        hosts,
-        path,
-    })
-}
-
-fn with_port(host: &str, port: u16) -> String {
-    if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
-        host.to_owned()
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 impl Config {
     /// Reads a backend URL:
     ///
@@ -201,64 +133,25 @@ impl Config {
                 }
                 Ok(Config::Mem)
             }
-            "redis" | "rediss" | "redis-cluster" | "rediss-cluster" => {
-                let a = authority(url, rest)?;
-                if a.hosts.len() > 1 && !scheme.ends_with("cluster") {
-                    return Err(invalid(format!(
-                        "URL {}: one Redis server per redis:// URL (use redlock:// for several independent nodes)",
-                        redact_url(url)
-                    )));
-                }
-                Self::redis(url)
-            }
-            "redlock" => {
-                let a = authority(url, rest)?;
-                let userinfo = match (a.user, a.password) {
-                    (user, Some(pw)) => format!("{}:{pw}@", user.unwrap_or("")),
-                    (Some(user), None) => format!("{user}@"),
-                    (None, None) => String::new(),
-                };
-                let nodes = a
-                    .hosts
-                    .iter()
-                    .map(|h| format!("redis://{userinfo}{}{}", with_port(h, 6379), a.path));
-                Self::redlock(nodes.collect())
-            }
-            "etcd" | "etcds" => {
-                let a = authority(url, rest)?;
-                if !a.path.is_empty() && a.path != "/" {
-                    return Err(invalid(format!(
-                        "URL {}: etcd URLs take no path",
-                        redact_url(url)
-                    )));
-                }
-                let http = if scheme == "etcds" { "https" } else { "http" };
-                let endpoints = a
-                    .hosts
-                    .iter()
-                    .map(|h| format!("{http}://{}", with_port(h, 2379)))
-                    .collect();
-                Self::etcd(endpoints, a.user, a.password, scheme == "etcds")
-            }
-            "zk" => {
-                let a = authority(url, rest)?;
-                let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, 2181)).collect();
-                let chroot = a.path.split('?').next().unwrap_or_default();
-                Self::zk(format!("{}{chroot}", hosts.join(",")), a.user, a.password)
-            }
-            "postgres" | "postgresql" => {
-                authority(url, rest)?;
-                Self::postgres(url)
-            }
+            "redis" | "rediss" | "redis-cluster" | "rediss-cluster" => Self::redis(url),
+            "redlock" => Self::redlock(url),
+            "etcd" | "etcds" => Self::etcd(url),
+            "zk" => Self::zk(url),
+            "postgres" | "postgresql" => Self::postgres(url),
             other => Err(invalid(format!(
                 "unknown URL scheme {other:?}; known: mem, redis, rediss, redis-cluster, rediss-cluster, redlock, etcd, etcds, zk, postgres, postgresql"
             ))),
         }
     }
 
+    // Each backend's config reads its own URL; a backend whose feature is
+    // off says so.
+
     #[cfg(feature = "redis")]
     fn redis(url: &str) -> Result<Config> {
-        Ok(Config::Redis(dlock_redis::RedisConfig::from_url(url)))
+        let config = dlock_redis::RedisConfig::from_url(url);
+        config.validate()?;
+        Ok(Config::Redis(config))
     }
     #[cfg(not(feature = "redis"))]
     fn redis(_: &str) -> Result<Config> {
@@ -266,35 +159,28 @@ impl Config {
     }
 
     #[cfg(feature = "redlock")]
-    fn redlock(nodes: Vec<String>) -> Result<Config> {
-        let config = dlock_redlock::RedlockConfig::new(nodes);
-        config.validate()?;
-        Ok(Config::Redlock(config))
+    fn redlock(url: &str) -> Result<Config> {
+        dlock_redlock::RedlockConfig::from_url(url).map(Config::Redlock)
     }
     #[cfg(not(feature = "redlock"))]
-    fn redlock(_: Vec<String>) -> Result<Config> {
+    fn redlock(_: &str) -> Result<Config> {
         Err(feature_off("redlock"))
     }
 
     #[cfg(feature = "etcd")]
-    fn etcd(endpoints: Vec<String>, user: Option<&str>, password: Option<&str>, tls: bool) -> Result<Config> {
-        let config = dlock_etcd::EtcdConfig {
-            user: user.map(str::to_owned),
-            password: password.map(str::to_owned),
-            tls,
-            ..dlock_etcd::EtcdConfig::new(endpoints)
-        };
-        config.validate()?;
-        Ok(Config::Etcd(config))
+    fn etcd(url: &str) -> Result<Config> {
+        dlock_etcd::EtcdConfig::from_url(url).map(Config::Etcd)
     }
     #[cfg(not(feature = "etcd"))]
-    fn etcd(_: Vec<String>, _: Option<&str>, _: Option<&str>, _: bool) -> Result<Config> {
+    fn etcd(_: &str) -> Result<Config> {
         Err(feature_off("etcd"))
     }
 
     #[cfg(feature = "postgres")]
     fn postgres(url: &str) -> Result<Config> {
-        Ok(Config::Postgres(dlock_postgres::PostgresConfig::from_url(url)))
+        let config = dlock_postgres::PostgresConfig::from_url(url);
+        config.validate()?;
+        Ok(Config::Postgres(config))
     }
     #[cfg(not(feature = "postgres"))]
     fn postgres(_: &str) -> Result<Config> {
@@ -302,17 +188,11 @@ impl Config {
     }
 
     #[cfg(feature = "zk")]
-    fn zk(connect: String, user: Option<&str>, password: Option<&str>) -> Result<Config> {
-        let config = dlock_zk::ZkConfig {
-            user: user.map(str::to_owned),
-            password: password.map(str::to_owned),
-            ..dlock_zk::ZkConfig::new(connect)
-        };
-        config.validate()?;
-        Ok(Config::Zk(config))
+    fn zk(url: &str) -> Result<Config> {
+        dlock_zk::ZkConfig::from_url(url).map(Config::Zk)
     }
     #[cfg(not(feature = "zk"))]
-    fn zk(_: String, _: Option<&str>, _: Option<&str>) -> Result<Config> {
+    fn zk(_: &str) -> Result<Config> {
         Err(feature_off("zk"))
     }
 

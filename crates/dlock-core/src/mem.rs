@@ -422,7 +422,9 @@ impl MemLock {
         let (server, renewed, client) = (
             Arc::downgrade(&self.server),
             name.clone(),
-            Arc::clone(&self.client),
+            // Weakly: the keeper's slot must not keep the client (and the
+            // keeper in it) alive once the client and its guards are gone.
+            Arc::downgrade(&self.client),
         );
         let kept = self.client.keeper.keep(
             Arc::clone(&grant.validity),
@@ -437,7 +439,11 @@ impl MemLock {
                 };
                 Box::pin(std::future::ready(Ok(outcome)))
             }),
-            move || client.abandoned.load(Ordering::SeqCst),
+            move || {
+                client
+                    .upgrade()
+                    .is_none_or(|c| c.abandoned.load(Ordering::SeqCst))
+            },
         );
         MemGuard {
             lock: self.clone(),
@@ -671,7 +677,8 @@ impl Guard for MemGuard {
     ///
     /// # Cancel safety
     ///
-    /// The future completes on its first poll; there is nothing to cancel.
+    /// Cancel safe: it waits only for a renewal in flight (the keeper's),
+    /// and the local deadline moves only with the backend's.
     async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::driver::check_ttl(BACKEND, ttl)?;
         self.lock.check_up()?;

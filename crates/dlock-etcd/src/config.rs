@@ -70,6 +70,50 @@ impl EtcdConfig {
         }
     }
 
+    /// Reads `etcd://[user:pass@]h1:2379,h2:2379` (`etcds://`: TLS); a
+    /// host without a port gets 2379.
+    ///
+    /// ```
+    /// let c = dlock_etcd::EtcdConfig::from_url("etcds://u:p@h1,h2:2380").unwrap();
+    /// assert_eq!(c.endpoints, ["https://h1:2379", "https://h2:2380"]);
+    /// assert!(c.tls && c.user.as_deref() == Some("u"));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the URL (credentials hidden): another
+    /// scheme, a path, a missing host, a bad port, or what
+    /// [`validate`](Self::validate) refuses.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        use dlock_core::driver::{authority, redact_url, with_port};
+        let tls = match url.split_once("://").map(|(s, _)| s) {
+            Some("etcd") => false,
+            Some("etcds") => true,
+            _ => {
+                return Err(Error::InvalidConfig(format!(
+                    "etcd URL {}: the scheme must be etcd:// or etcds://",
+                    redact_url(url)
+                )));
+            }
+        };
+        let a = authority(url)?;
+        if !a.path.is_empty() && a.path != "/" {
+            return Err(Error::InvalidConfig(format!(
+                "URL {}: etcd URLs take no path",
+                redact_url(url)
+            )));
+        }
+        let http = if tls { "https" } else { "http" };
+        let config = EtcdConfig {
+            user: a.user.map(str::to_owned),
+            password: a.password.map(str::to_owned),
+            tls,
+            ..EtcdConfig::new(a.hosts.iter().map(|h| format!("{http}://{}", with_port(h, 2379))))
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Sets the key prefix.
     #[must_use]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {

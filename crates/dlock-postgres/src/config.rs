@@ -110,6 +110,18 @@ impl PostgresConfig {
         }
     }
 
+    /// Checks the URL (scheme, host, port, TLS parameters), the table name
+    /// and the timeouts, as connecting would (without reading the CA file).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the URL (credentials hidden) and
+    /// what is wrong with it.
+    pub fn validate(&self) -> Result<(), Error> {
+        dlock_core::driver::authority(&self.url)?;
+        self.to_tokio().map(drop)
+    }
+
     /// Sets the schema and table of the locks.
     #[must_use]
     pub fn table(mut self, schema: impl Into<String>, table: impl Into<String>) -> Self {

@@ -254,7 +254,8 @@ impl Lock for PostgresLock {
             .map(|row| Holder {
                 role: dlock_core::Role::Mutex,
                 id: format!("{}.{}/{}", config.schema, config.table, key.as_str()),
-                since: dlock_core::driver::Owner::from_value(&row.locked_by).and_then(|o| o.since()),
+                since: dlock_core::driver::Owner::from_value(row.locked_by.trim_end())
+                    .and_then(|o| o.since()),
                 detail: row.locked_by,
                 // A row ShedLock inserted has no token (fence 0).
                 token: u64::try_from(row.fence).ok().filter(|&t| t > 0),

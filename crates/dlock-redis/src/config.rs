@@ -74,6 +74,24 @@ impl RedisConfig {
         self
     }
 
+    /// Checks the URL (its scheme, host and port; one host unless it is a
+    /// cluster URL) and the timeouts, as connecting would.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the URL (credentials hidden) and
+    /// what is wrong with it.
+    pub fn validate(&self) -> Result<(), Error> {
+        let a = dlock_core::driver::authority(&self.url)?;
+        if a.hosts.len() > 1 && !self.is_cluster() {
+            return Err(Error::InvalidConfig(format!(
+                "URL {}: one Redis server per redis:// URL (use redlock:// for several independent nodes)",
+                redact_url(&self.url)
+            )));
+        }
+        self.to_fred().map(drop)
+    }
+
     /// Checks the URL and timeouts and builds fred's configuration.
     pub(crate) fn to_fred(&self) -> Result<fred::types::config::Config, Error> {
         let scheme = self.url.split("://").next().unwrap_or_default();

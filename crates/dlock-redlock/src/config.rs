@@ -65,6 +65,43 @@ impl RedlockConfig {
         }
     }
 
+    /// Reads `redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db]`: one
+    /// `redis://` node per host (a host without a port gets 6379), each
+    /// with the URL's credentials and database.
+    ///
+    /// ```
+    /// let c = dlock_redlock::RedlockConfig::from_url("redlock://:pw@a,b:7000,c/2").unwrap();
+    /// assert_eq!(c.nodes, ["redis://:pw@a:6379/2", "redis://:pw@b:7000/2", "redis://:pw@c:6379/2"]);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the URL (credentials hidden): another
+    /// scheme, a missing host, a bad port, or what
+    /// [`validate`](Self::validate) refuses.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        use dlock_core::driver::{authority, redact_url, with_port};
+        if !url.starts_with("redlock://") {
+            return Err(Error::InvalidConfig(format!(
+                "Redlock URL {}: the scheme must be redlock://",
+                redact_url(url)
+            )));
+        }
+        let a = authority(url)?;
+        let userinfo = match (a.user, a.password) {
+            (user, Some(pw)) => format!("{}:{pw}@", user.unwrap_or("")),
+            (Some(user), None) => format!("{user}@"),
+            (None, None) => String::new(),
+        };
+        let nodes = a
+            .hosts
+            .iter()
+            .map(|h| format!("redis://{userinfo}{}{}", with_port(h, 6379), a.path));
+        let config = RedlockConfig::new(nodes);
+        config.validate()?;
+        Ok(config)
+    }
+
     /// How many nodes make a quorum: `N / 2 + 1`.
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1

@@ -150,12 +150,14 @@ impl Guard for RedlockGuard {
     /// TTL is the backstop.
     async fn release(mut self) -> Result<()> {
         self.lease.stop();
-        // Nodes that do not answer are asked again below, not on drop.
-        self.lease.released();
         if self.conn.is_abandoned() {
+            self.lease.released();
             return Err(Error::unavailable(BACKEND, "this Redlock was abandoned"));
         }
+        // Dropped before the answers are in: Drop releases in the background.
         let tally = self.conn.release_everywhere(&self.lock_key, &self.value).await;
+        // Nodes that did not answer are asked again below, not on drop.
+        self.lease.released();
         if tally.unanswered() > 0 {
             // Those nodes are asked again in the background.
             release_in_background(

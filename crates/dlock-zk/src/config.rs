@@ -81,6 +81,39 @@ impl ZkConfig {
         }
     }
 
+    /// Reads `zk://[user:pass@]h1:2181,h2:2181[/chroot]` (digest auth); a
+    /// host without a port gets 2181.
+    ///
+    /// ```
+    /// let c = dlock_zk::ZkConfig::from_url("zk://h1,h2:2182/app").unwrap();
+    /// assert_eq!(c.connect, "h1:2181,h2:2182/app");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the URL (credentials hidden): another
+    /// scheme, a missing host, a bad port, or what
+    /// [`validate`](Self::validate) refuses.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        use dlock_core::driver::{authority, redact_url, with_port};
+        if !url.starts_with("zk://") {
+            return Err(Error::InvalidConfig(format!(
+                "ZooKeeper URL {}: the scheme must be zk://",
+                redact_url(url)
+            )));
+        }
+        let a = authority(url)?;
+        let hosts: Vec<String> = a.hosts.iter().map(|h| with_port(h, 2181)).collect();
+        let chroot = a.path.split('?').next().unwrap_or_default();
+        let config = ZkConfig {
+            user: a.user.map(str::to_owned),
+            password: a.password.map(str::to_owned),
+            ..ZkConfig::new(format!("{}{chroot}", hosts.join(",")))
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Sets the session timeout.
     #[must_use]
     pub fn session_timeout(mut self, timeout: Duration) -> Self {

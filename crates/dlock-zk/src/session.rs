@@ -189,18 +189,19 @@ impl Session {
             watching: false,
         };
         // Out of time: lost at once (the inbox is closed once the session
-        // ended).
-        let (id, taken) = match self.out_of_time() {
-            Some(why) => (0, Taken::Closed((entry, why))),
+        // ended), and given no slot (`id` is `None`: its drop must not
+        // touch another guard's slot).
+        let (id, lost) = match self.out_of_time() {
+            Some(why) => (None, Some((entry, why))),
             None => {
                 let wake = entry.wake();
                 match watched.inbox.keep(entry, wake) {
-                    (id, Taken::Closed(entry)) => (id, Taken::Closed((entry, why::SESSION_ENDED))),
-                    (id, Taken::Queued | Taken::Start) => (id, Taken::Queued),
+                    (_, Taken::Closed(entry)) => (None, Some((entry, why::SESSION_ENDED))),
+                    (id, Taken::Queued | Taken::Start) => (Some(id), None),
                 }
             }
         };
-        if let Taken::Closed((entry, why)) = taken {
+        if let Some((entry, why)) = lost {
             let give_up = why != why::SESSION_ENDED;
             entry.lose(why);
             if give_up && self.alive() {
@@ -282,7 +283,8 @@ impl Entry {
 /// leaves (the slot goes with the task's next look).
 pub(crate) struct Watching {
     watched: Arc<Watched>,
-    id: u64,
+    /// Its slot (`None`: lost at once, never kept).
+    id: Option<u64>,
     stopped: Arc<AtomicBool>,
 }
 
@@ -290,16 +292,20 @@ impl Watching {
     /// No longer watched (idempotent): call it before the guard deletes
     /// its node, so that the deletion is not taken for a loss.
     pub(crate) fn stop(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
-            self.watched.inbox.post(Msg::Forget(self.id), false);
+        if !self.stopped.swap(true, Ordering::SeqCst)
+            && let Some(id) = self.id
+        {
+            self.watched.inbox.post(Msg::Forget(id), false);
         }
     }
 
     /// The guard's own deadline moved (a confirmed extend): the task looks
     /// again now, so a deadline moved earlier is kept too.
     pub(crate) fn moved(&self) {
-        if !self.stopped.load(Ordering::SeqCst) {
-            self.watched.inbox.post(Msg::Moved(self.id), true);
+        if !self.stopped.load(Ordering::SeqCst)
+            && let Some(id) = self.id
+        {
+            self.watched.inbox.post(Msg::Moved(id), true);
         }
     }
 }

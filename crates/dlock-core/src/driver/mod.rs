@@ -57,7 +57,7 @@ pub use outcome::{Outcome, Refusal};
 pub use owner::{Owner, VALUE_TAG, owner_detail, owner_value};
 pub use schedule::{COMPACT, Inbox, Msg, Slot, Slots, Taken};
 pub use time::{Drift, FAR_FUTURE, drift, saturating_add, wait_deadline, within_wait};
-pub use url::{endpoint_of, host_name, redact_url};
+pub use url::{Authority, authority, endpoint_of, host_name, redact_url, with_port};
 pub use validity::{Validity, lose};
 
 pub use crate::lock::acquire_all;

@@ -1,5 +1,7 @@
 //! Where the servers are, as messages show it: endpoints without
-//! credentials, and this machine's name.
+//! credentials, and this machine's name; the authority of a backend URL.
+
+use crate::{Error, Result};
 
 /// The `host:port` part of `url` (or of each of its comma-separated
 /// hosts), for messages: no scheme, no credentials, no path or query.
@@ -82,6 +84,96 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(&params.join("&"));
     }
     out
+}
+
+/// Splits `[user[:password]@]hosts[/path][?query]` (what follows `scheme://`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authority<'a> {
+    /// The user, if any.
+    pub user: Option<&'a str>,
+    /// The password, if any.
+    pub password: Option<&'a str>,
+    /// The comma-separated hosts (`host[:port]` each).
+    pub hosts: Vec<&'a str>,
+    /// Everything after the hosts (`/path?query`), maybe empty.
+    pub path: &'a str,
+}
+
+/// Reads what follows the `scheme://` of `url`.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] naming the URL (its credentials hidden): a URL
+/// without `://`, a missing host, a port that is not a number, an `@`
+/// after the host (a password holding `/`, `?` or `#` not percent-encoded).
+pub fn authority(url: &str) -> Result<Authority<'_>> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Err(Error::InvalidConfig(format!(
+            "{:?} is not a URL (scheme://...)",
+            redact_url(url)
+        )));
+    };
+    // The authority ends at the first `/`, `?` or `#` (so a chroot or a
+    // query may hold `@`); its userinfo runs to its last `@`. An `@` past the
+    // authority is refused when the authority holds none: it is most likely
+    // a password holding `/`, `?` or `#`, which must be percent-encoded, and
+    // guessing would either show a piece of it as a host or connect
+    // somewhere else. (`redact_url` hides everything up to the last `@`.)
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(end);
+    if !auth.contains('@') && path.contains('@') {
+        return Err(Error::InvalidConfig(format!(
+            "URL {}: an `@` after the host: a password holding `/`, `?` or `#` must be percent-encoded",
+            redact_url(url)
+        )));
+    }
+    let (userinfo, hosts) = match auth.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, auth),
+    };
+    let (user, password) = match userinfo {
+        Some(u) => match u.split_once(':') {
+            Some((user, pw)) => ((!user.is_empty()).then_some(user), Some(pw)),
+            None => (Some(u), None),
+        },
+        None => (None, None),
+    };
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(Error::InvalidConfig(format!(
+            "URL {}: missing host",
+            redact_url(url)
+        )));
+    }
+    for h in &hosts {
+        if let Some((_, port)) = h.rsplit_once(':')
+            && !port.contains(']')
+            && port.parse::<u16>().is_err()
+        {
+            return Err(Error::InvalidConfig(format!(
+                "URL {}: port {port:?} of host {h:?} is not a number",
+                redact_url(url)
+            )));
+        }
+    }
+    Ok(Authority {
+        user,
+        password,
+        hosts,
+        path,
+    })
+}
+
+/// `host` with `:port` added unless it has a port.
+pub fn with_port(host: &str, port: u16) -> String {
+    if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host.to_owned()
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 #[cfg(test)]
