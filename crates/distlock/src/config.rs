@@ -97,6 +97,21 @@ fn feature_off(feature: &str) -> Error {
     ))
 }
 
+/// Every URL scheme [`Config::from_url`] reads.
+const URL_SCHEMES: [&str; 11] = [
+    "mem",
+    "redis",
+    "rediss",
+    "redis-cluster",
+    "rediss-cluster",
+    "redlock",
+    "etcd",
+    "etcds",
+    "zk",
+    "postgres",
+    "postgresql",
+];
+
 impl Config {
     /// Reads a backend URL:
     ///
@@ -123,6 +138,11 @@ impl Config {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| invalid(format!("{:?} is not a URL (scheme://...)", redact_url(url))))?;
+        // The URL's shape first, whatever the backend: a malformed URL is
+        // named as such even where the backend's feature is off.
+        if scheme != "mem" && URL_SCHEMES.contains(&scheme) {
+            dlock_core::driver::authority(url)?;
+        }
         match scheme {
             "mem" => {
                 if !rest.is_empty() {
@@ -139,7 +159,8 @@ impl Config {
             "zk" => Self::zk(url),
             "postgres" | "postgresql" => Self::postgres(url),
             other => Err(invalid(format!(
-                "unknown URL scheme {other:?}; known: mem, redis, rediss, redis-cluster, rediss-cluster, redlock, etcd, etcds, zk, postgres, postgresql"
+                "unknown URL scheme {other:?}; known: {}",
+                URL_SCHEMES.join(", ")
             ))),
         }
     }
