@@ -111,7 +111,9 @@ impl PostgresConfig {
     }
 
     /// Checks the URL (scheme, host, port, TLS parameters), the table name
-    /// and the timeouts, as connecting would (without reading the CA file).
+    /// and the timeouts, as connecting would: that includes the TLS set-up,
+    /// which reads the CA file (`sslrootcert`, `ca_file`) or the system's
+    /// roots.
     ///
     /// # Errors
     ///

@@ -146,8 +146,9 @@ impl Guard for RedlockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future after sending may release on some nodes only; the
-    /// TTL is the backstop.
+    /// Dropping the future before the answers are in releases again in
+    /// the background (on every node, until the longest TTL has passed);
+    /// the TTL is the backstop.
     async fn release(mut self) -> Result<()> {
         self.lease.stop();
         if self.conn.is_abandoned() {

@@ -87,7 +87,8 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Splits `[user[:password]@]hosts[/path][?query]` (what follows `scheme://`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Authority<'a> {
     /// The user, if any.
     pub user: Option<&'a str>,
@@ -97,6 +98,17 @@ pub struct Authority<'a> {
     pub hosts: Vec<&'a str>,
     /// Everything after the hosts (`/path?query`), maybe empty.
     pub path: &'a str,
+}
+
+impl std::fmt::Debug for Authority<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authority")
+            .field("user", &self.user)
+            .field("password", &self.password.map(|_| "***"))
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .finish()
+    }
 }
 
 /// Reads what follows the `scheme://` of `url`.
@@ -179,6 +191,16 @@ pub fn with_port(host: &str, port: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_authority_never_shows_its_password() {
+        let a = authority("zk://u:s3cret@h:2181/app").unwrap();
+        assert_eq!(
+            (a.user, a.password, a.hosts.clone(), a.path),
+            (Some("u"), Some("s3cret"), vec!["h:2181"], "/app")
+        );
+        assert!(!format!("{a:?}").contains("s3cret"), "{a:?}");
+    }
 
     #[test]
     fn urls_are_redacted_whatever_the_password_holds() {
