@@ -9,6 +9,10 @@
 //! dlock-bench --memory URL --guards N      (scenario 6's child process)
 //! ```
 //!
+//! Every step names itself; one that takes longer than 300 s (`--quick`)
+//! or 1200 s (or `DLOCK_BENCH_STEP_LIMIT` seconds) ends the run with exit
+//! status 3, naming the step and printing every thread's stack.
+//!
 //! Servers come from the same `DLOCK_TEST_*` variables as the tests
 //! (`cargo xtask bench` sets them); without them private servers start.
 
@@ -19,6 +23,7 @@ mod peer;
 mod report;
 mod scenarios;
 mod stats;
+mod watchdog;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -113,6 +118,14 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    // A step of the quick run takes seconds; of the full run, a minute or
+    // two. `DLOCK_BENCH_STEP_LIMIT` (seconds) sets another limit.
+    let quick = args.iter().any(|a| a == "--quick");
+    let limit = std::env::var("DLOCK_BENCH_STEP_LIMIT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick { 300 } else { 1200 });
+    watchdog::start(Duration::from_secs(limit));
     let result = if args.first().map(String::as_str) == Some("--memory") {
         runtime.block_on(memory_child(&args))
     } else {
@@ -133,6 +146,7 @@ async fn memory_child(args: &[String]) -> Result<(), String> {
         (Some("--guards"), Some(n)) => n.parse().map_err(|e| format!("--guards {n}: {e}"))?,
         _ => return Err("usage: dlock-bench --memory URL --guards N".into()),
     };
+    watchdog::step(format!("memory of {guards} guards"));
     let (before, after) = scenarios::memory(url, guards).await?;
     println!("MEMORY {before} {after} {guards}");
     Ok(())
@@ -165,6 +179,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     }
     let size = Size::new(quick);
     let started = Instant::now();
+    watchdog::step("starting the servers' clients");
     let redis = shared::redis().await.map_err(|e| e.to_string())?;
     let nodes = shared::redis_nodes().await.map_err(|e| e.to_string())?;
     let etcd = shared::etcd().await.map_err(|e| e.to_string())?;
@@ -219,18 +234,28 @@ async fn run(args: &[String]) -> Result<(), String> {
         .filter(|b| only.as_ref().is_none_or(|o| o == b.name))
     {
         eprintln!("dlock-bench: {} ...", b.name);
+        watchdog::step(format!("{}: breakdown", b.name));
         let breakdown = breakdown::breakdown(b, size.iterations).await?;
         if breakdown_only {
             print!("{}", report::breakdown_table(b.name, &breakdown));
             continue;
         }
+        watchdog::step(format!("{}: uncontended", b.name));
         let uncontended = scenarios::uncontended(b, size.iterations).await?;
+        watchdog::step(format!("{}: round trip", b.name));
         let round_trip = scenarios::round_trip(b, size.round_trips).await?;
+        watchdog::step(format!("{}: handoff floor", b.name));
         let handoff_floor = scenarios::handoff_floor(b, size.round_trips / 2).await?;
+        watchdog::step(format!("{}: hot key", b.name));
         let hot = scenarios::hot_key(b, HOT_CLIENTS, HOLD, size.hot).await?;
         // Versus the peer: rounds alternate, ours first, each half as long.
         let mut versus = None;
-        for _ in 0..2 {
+        for round in 0..2 {
+            watchdog::step(format!(
+                "{}: hot key versus the peer, round {}",
+                b.name,
+                round + 1
+            ));
             let ours = scenarios::hot_key(b, HOT_CLIENTS, HOLD, size.hot / 2).await?;
             let Some(theirs) = scenarios::peer_hot_key(b, HOT_CLIENTS, HOLD, size.hot / 2).await? else {
                 break;
@@ -240,12 +265,16 @@ async fn run(args: &[String]) -> Result<(), String> {
                 Some((o, t)) => (HotKey::merged(o, ours), HotKey::merged(t, theirs)),
             });
         }
+        watchdog::step(format!("{}: many keys", b.name));
         let many = scenarios::many_keys(b, MANY_TASKS, size.many).await?;
         let mut waiters = Vec::new();
         for n in WAITERS {
+            watchdog::step(format!("{}: {n} waiters", b.name));
             waiters.push(scenarios::hot_key(b, n + 1, HOLD, size.waiters).await?);
         }
+        watchdog::step(format!("{}: memory (child process)", b.name));
         let memory = memory_in_child(&b.url, size.guards).await?;
+        watchdog::step(format!("{}: lock family", b.name));
         let family = family::family(b, size.iterations / 2, size.waiters).await?;
         eprintln!(
             "dlock-bench: {}: uncontended p50 {:?} (floor {:?}), handoff p50 {:?}",
@@ -272,6 +301,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     eprintln!("dlock-bench: redlock fan-out ...");
+    watchdog::step("redlock fan-out");
     let fan_out = scenarios::fan_out(&nodes.addresses, size.fan_out).await?;
     let results = Results {
         size,
@@ -279,6 +309,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         fan_out,
         took: started.elapsed(),
     };
+    watchdog::step("writing the report");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let stamp = report::Stamp::read().await;
     let md = report::markdown(&results, &stamp);
@@ -301,6 +332,7 @@ async fn memory_in_child(url: &str, guards: usize) -> Result<(u64, u64, usize), 
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = tokio::process::Command::new(exe)
         .args(["--memory", url, "--guards", &guards.to_string()])
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| e.to_string())?;
