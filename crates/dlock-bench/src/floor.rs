@@ -20,6 +20,36 @@ use zookeeper_client::{Acls, CreateMode};
 const RELEASE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
+/// How long the handoff floor waits for a subscription to take or a
+/// release notice to come (on loopback, both take microseconds).
+const NOTICE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until Redis counts a subscriber on `channel` (asked through
+/// `client`), at most [`NOTICE_WITHIN`].
+async fn subscribed(client: &Fred, channel: &str) -> Result<(), String> {
+    use fred::prelude::PubsubInterface;
+    let deadline = std::time::Instant::now() + NOTICE_WITHIN;
+    loop {
+        // The reply is flat: channel, count, channel, count...
+        let reply: Vec<fred::types::Value> = client
+            .pubsub_numsub(channel)
+            .await
+            .map_err(|e| format!("PUBSUB NUMSUB {channel}: {e}"))?;
+        if reply.chunks(2).any(|pair| {
+            pair[0].as_str().as_deref() == Some(channel)
+                && pair.get(1).and_then(fred::types::Value::as_u64) > Some(0)
+        }) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the subscription to {channel} did not take within {NOTICE_WITHIN:?}"
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
 /// A raw client of one backend.
 #[derive(Clone)]
 pub(crate) enum Floor {
@@ -302,7 +332,10 @@ pub(crate) async fn handoff(
             sub.init().await.map_err(|e| err(&e))?;
             let channel = format!("{key}:released");
             let mut rx = sub.message_rx();
+            // fred's SUBSCRIBE returns once written, before Redis has read
+            // it: a release published meanwhile would reach nobody.
             sub.subscribe(channel.as_str()).await.map_err(|e| err(&e))?;
+            subscribed(a, &channel).await?;
             let publish_release = "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); redis.call('publish', ARGV[2], '1'); return 1 else return 0 end";
             for i in 0..n + 5 {
                 a.set::<(), _, _>(
@@ -318,7 +351,10 @@ pub(crate) async fn handoff(
                 a.eval::<i64, _, _, _>(publish_release, vec![key.as_str()], vec!["a", channel.as_str()])
                     .await
                     .map_err(|e| err(&e))?;
-                rx.recv().await.map_err(|e| err(&e))?;
+                tokio::time::timeout(NOTICE_WITHIN, rx.recv())
+                    .await
+                    .map_err(|_| format!("the handoff floor's release notice on {channel} did not come within {NOTICE_WITHIN:?}"))?
+                    .map_err(|e| err(&e))?;
                 let got: Option<String> = b
                     .set(
                         &key,
@@ -427,5 +463,36 @@ pub(crate) async fn handoff(
             Ok(Some(lat))
         }
         _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlock_testkit::launcher::{Fault, FaultProxy, shared};
+
+    /// The handoff floor's subscriber reaches Redis late (its bytes held
+    /// 200 ms by a proxy): fred's SUBSCRIBE has returned long before Redis
+    /// reads it, so a release published at once would reach nobody, and
+    /// the floor waited for its notice for ever. It waits for the
+    /// subscription to take first.
+    #[tokio::test]
+    async fn the_handoff_floor_waits_for_its_subscription_to_take() {
+        let redis = shared::redis().await.unwrap();
+        let url = &redis.addresses[0];
+        let upstream: std::net::SocketAddr = url.trim_start_matches("redis://").parse().unwrap();
+        let proxy = FaultProxy::start(upstream).await.unwrap();
+        proxy.set(Fault::Delay(std::time::Duration::from_millis(200)));
+        let (a, b) = (Floor::redis(url).await.unwrap(), Floor::redis(url).await.unwrap());
+        let via_proxy = format!("redis://{}", proxy.addr());
+        let lat = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            handoff(&a, &b, Some(&via_proxy), 2),
+        )
+        .await
+        .expect("the handoff floor ends")
+        .unwrap()
+        .expect("a Redis handoff floor");
+        assert_eq!(lat.count(), 2);
     }
 }

@@ -111,11 +111,13 @@ impl Waiters {
 
     /// Registers a waiter on `channel`, subscribing on every server unless
     /// this handle already is. A failed subscription is not an error:
-    /// waiters then rely on polling. Waits for the subscription (so the
-    /// first attempt after it cannot miss a notice) at most until
-    /// `deadline` and the server timeout; while another waiter's subscribe
-    /// or a last waiter's unsubscribe is under way, it does not wait at all
-    /// (a task takes the subscription up after it).
+    /// waiters then rely on polling. Waits for the subscribe at most until
+    /// `deadline` and the server timeout. fred answers a `SUBSCRIBE` once
+    /// it is written, not once Redis has read it, so a release published
+    /// in between is missed: the waiter's own poll (the driver's, 150 ms
+    /// or the holder's remaining TTL) takes the lock then. While another
+    /// waiter's subscribe or a last waiter's unsubscribe is under way, it
+    /// does not wait at all (a task takes the subscription up after it).
     ///
     /// Cancelling it is safe: the registration is undone (and the channel
     /// given up if nobody else waits on it). A subscribe cut short that the
