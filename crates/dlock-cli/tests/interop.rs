@@ -164,7 +164,7 @@ async fn dlock_run_shared_queues_between_go_writers() {
     while read_key.is_none() {
         assert!(Instant::now() < deadline, "dlock run's read key did not appear");
         read_key = lock
-            .keys_in_use(&format!("{key}/"))
+            .contenders(&format!("{key}/"))
             .await
             .unwrap()
             .into_iter()

@@ -20,6 +20,7 @@ trait DynLock: Send + Sync {
     fn backend(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>>;
+    fn keys_in_use<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
     fn abandon(&self) -> BoxFuture<'_, ()>;
     fn grant<'a>(
         &'a self,
@@ -46,6 +47,9 @@ impl<L: Lock> DynLock for L {
     }
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>>> {
         Box::pin(Lock::holders(self, key))
+    }
+    fn keys_in_use<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(Lock::keys_in_use(self, prefix))
     }
     fn abandon(&self) -> BoxFuture<'_, ()> {
         Box::pin(Lock::abandon(self))
@@ -115,6 +119,11 @@ impl Lock for AnyLock {
     /// See [`Lock::holders`]: the driver's own.
     async fn holders(&self, key: &LockKey) -> Result<Vec<Holder>> {
         self.0.holders(key).await
+    }
+
+    /// See [`Lock::keys_in_use`]: the driver's own.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        self.0.keys_in_use(prefix).await
     }
 }
 

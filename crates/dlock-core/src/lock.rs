@@ -318,6 +318,46 @@ pub trait Lock: Clone + Send + Sync + 'static {
         async move { Err(e) }
     }
 
+    /// The names in use that start with `prefix` (a plain string prefix of
+    /// the name, without the handle's key prefix): every name with a
+    /// holder, and, on backends whose waiters are entries on the server
+    /// (etcd, ZooKeeper, [`MemLock`](crate::MemLock)), every name with a
+    /// queued waiter; sorted, each once. For operators and tests (what a
+    /// namespace still holds); like [`holders`](Self::holders), stale by
+    /// the time it is read.
+    ///
+    /// ```
+    /// use dlock_core::{AcquireOptions, Guard, Lock, LockKey, MemLock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock_core::Result<()> {
+    /// let lock = MemLock::new();
+    /// let g = lock.acquire(&LockKey::new("jobs/7")?, AcquireOptions::default()).await?;
+    /// assert_eq!(lock.keys_in_use("jobs/").await?, ["jobs/7"]);
+    /// g.release().await?;
+    /// assert!(lock.keys_in_use("jobs/").await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the backend cannot list (the default);
+    /// [`Error::Unavailable`] or [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    fn keys_in_use(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>>> + Send {
+        let _ = prefix;
+        let e = Error::Unsupported {
+            backend: self.backend(),
+            what: "listing the names in use",
+            why: "the driver cannot list names",
+        };
+        async move { Err(e) }
+    }
+
     /// The first holder [`holders`](Self::holders) lists (of a name used
     /// as one kind of lock, as names are meant to be: the mutex's holder,
     /// the writer, or the first reader or permit holder), `None` if nobody

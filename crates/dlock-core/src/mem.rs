@@ -381,24 +381,6 @@ impl MemLock {
         }
     }
 
-    /// Keys starting with `prefix` that are held or waited on: what a
-    /// namespace still holds (for operators and the conformance kit).
-    pub fn keys_in_use(&self, prefix: &str) -> Vec<LockKey> {
-        let mut keys: Vec<LockKey> = self
-            .server
-            .state()
-            .keys
-            .iter()
-            .filter(|((_, k), e)| {
-                k.as_str().starts_with(prefix) && (!e.holders.is_empty() || !e.waiters.is_empty())
-            })
-            .map(|((_, k), _)| k.clone())
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys
-    }
-
     /// How many clients contend for `key` as a mutex, a read-write lock
     /// or a semaphore: its holders plus its waiters.
     pub fn contenders(&self, key: &LockKey) -> usize {
@@ -497,6 +479,32 @@ impl Lock for MemLock {
     /// Done at once (nothing is awaited).
     async fn abandon(&self) {
         self.client.abandoned.store(true, Ordering::SeqCst);
+    }
+
+    /// See [`Lock::keys_in_use`]: the names with a holder or a waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] after [`MemLock::abandon`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Done at once (nothing is awaited).
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        self.check_up()?;
+        let mut names: Vec<String> = self
+            .server
+            .state()
+            .keys
+            .iter()
+            .filter(|((_, k), e)| {
+                k.as_str().starts_with(prefix) && (!e.holders.is_empty() || !e.waiters.is_empty())
+            })
+            .map(|((_, k), _)| k.as_str().to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 
     /// See [`Lock::holders`]: the live holders of the name's mutex, then
@@ -762,7 +770,7 @@ mod tests {
         assert!(g2.token() > g.token());
         assert!(g.release().await.unwrap_err().is_not_held());
         g2.release().await.unwrap();
-        assert!(lock.keys_in_use("").is_empty());
+        assert!(lock.keys_in_use("").await.unwrap().is_empty());
     }
 
     #[tokio::test]
@@ -780,7 +788,7 @@ mod tests {
         assert_eq!(lock.contenders(&k), 1);
         drop(g);
         assert_eq!(lock.contenders(&k), 0);
-        assert!(lock.keys_in_use("").is_empty());
+        assert!(lock.keys_in_use("").await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -197,7 +197,9 @@ impl EtcdLock {
         format!("{}{}/", self.inner.config.key_prefix, key.as_str())
     }
 
-    /// Every contender key (holders and waiters) under `{prefix}{namespace}`.
+    /// Every contender key (holders and waiters, with the key prefix)
+    /// under `{prefix}{namespace}`: what etcd keeps, key by key (the names
+    /// are [`keys_in_use`](Lock::keys_in_use)).
     ///
     /// # Errors
     ///
@@ -206,7 +208,7 @@ impl EtcdLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn keys_in_use(&self, namespace: &str) -> Result<Vec<String>> {
+    pub async fn contenders(&self, namespace: &str) -> Result<Vec<String>> {
         let prefix = format!("{}{namespace}", self.inner.config.key_prefix);
         protocol::keys_under(
             &self.inner.conn.client,
@@ -295,6 +297,28 @@ impl Lock for EtcdLock {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// See [`Lock::keys_in_use`]: the names with a contender key, a
+    /// holder's or a waiter's, of any layout (mutex, read-write lock,
+    /// semaphore; a name ending in `/read`, `/write` or `/sem/N/M` reads as
+    /// the layout's).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when etcd fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        let key_prefix = &self.inner.config.key_prefix;
+        let keys = self.contenders(prefix).await?;
+        Ok(dlock_core::driver::names(
+            keys.iter()
+                .filter_map(|k| k.strip_prefix(key_prefix.as_str()))
+                .filter_map(protocol::name_of),
+        ))
     }
 
     /// See [`Lock::holders`]: every holder of anything named `key`, in

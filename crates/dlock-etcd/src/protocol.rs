@@ -101,6 +101,24 @@ pub(crate) fn contender_key(pfx: &str, lease: i64, attempt: u64) -> String {
     format!("{pfx}{lease:x}-{attempt:x}")
 }
 
+/// The lock name a contender key (without the handle's key prefix)
+/// belongs to: `NAME/{lease}-{n}` (Go's mutex: `NAME/{lease}`),
+/// `NAME/read/…`, `NAME/write/…` or `NAME/sem/{count}/{limit}/…`.
+pub(crate) fn name_of(key: &str) -> Option<&str> {
+    let (dir, _) = key.rsplit_once('/')?;
+    if let Some(name) = dir.strip_suffix("/read").or_else(|| dir.strip_suffix("/write")) {
+        return Some(name);
+    }
+    let mut up = dir.rsplitn(4, '/');
+    if let (Some(limit), Some(count), Some("sem"), Some(name)) = (up.next(), up.next(), up.next(), up.next())
+        && limit.parse::<u32>().is_ok()
+        && count.parse::<u32>().is_ok()
+    {
+        return Some(name);
+    }
+    Some(dir)
+}
+
 /// What a contender takes of a name under the lock prefix `pfx`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Contender {

@@ -220,11 +220,11 @@ async fn a_waiter_whose_key_vanished_is_not_granted() {
     };
     let ns = pfx.strip_prefix("dlock/").unwrap().to_owned();
     until("the waiter's key", async || {
-        a.keys_in_use(&ns).await.unwrap().len() == 2
+        a.contenders(&ns).await.unwrap().len() == 2
     })
     .await;
     let theirs: Vec<String> = a
-        .keys_in_use(&ns)
+        .contenders(&ns)
         .await
         .unwrap()
         .into_iter()
@@ -349,7 +349,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         })
     };
     until("the waiter to queue", async || {
-        other.keys_in_use(k.as_str()).await.unwrap().len() == 2
+        other.contenders(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // The waiter's network goes silent before its wait runs out: its delete
@@ -371,7 +371,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         .unwrap();
     g.release().await.unwrap();
     until("nothing left behind", async || {
-        other.keys_in_use(k.as_str()).await.unwrap().is_empty()
+        other.contenders(k.as_str()).await.unwrap().is_empty()
     })
     .await;
     drop(waiter);
@@ -466,7 +466,7 @@ async fn a_wait_longer_than_the_ttl_is_granted_the_whole_ttl() {
         })
     };
     until("the waiter to queue", async || {
-        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
+        a.contenders(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // Held past the waiter's TTL (and etcd's lease granularity).
@@ -528,11 +528,11 @@ async fn a_waiter_whose_lease_ends_is_told_at_its_next_keep_alive() {
         tokio::spawn(async move { b.acquire(&k, opts).await })
     };
     until("the waiter to queue", async || {
-        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
+        a.contenders(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // The waiter's key is `{prefix}{name}/{lease:x}-{n}`: revoke that lease.
-    let keys = a.keys_in_use(k.as_str()).await.unwrap();
+    let keys = a.contenders(k.as_str()).await.unwrap();
     let theirs = keys
         .iter()
         .find(|key| !key.ends_with(g.etcd_key().rsplit('/').next().unwrap()))
@@ -586,7 +586,7 @@ async fn streams_survive_idle_connections() {
         tokio::spawn(async move { b.acquire(&k, opts).await })
     };
     until("the waiter to queue", async || {
-        a.keys_in_use(k.as_str()).await.unwrap().len() == 2
+        a.contenders(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     // One keep-alive stream per session, and the waiter's watch (opened

@@ -62,7 +62,7 @@ fn go_prefix(f: &common::EtcdFactory, k: &LockKey) -> String {
 
 /// Every key under `k` (holders and waiters).
 async fn keys(lock: &EtcdLock, k: &LockKey) -> Vec<String> {
-    lock.keys_in_use(&format!("{}/", k.as_str())).await.unwrap()
+    lock.contenders(&format!("{}/", k.as_str())).await.unwrap()
 }
 
 /// The one key under `k` that is not in `known`, once there is one.

@@ -80,19 +80,6 @@ impl PostgresLock {
         self.inner.conn.config()
     }
 
-    /// The names held now that start with `prefix`, sorted.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when PostgreSQL fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
-        self.inner.conn.in_use(prefix).await
-    }
-
     /// Deletes the rows of names nobody has held for longer than `idle`
     /// (whose `lock_until` passed more than `idle` ago); returns how many.
     /// What [`PostgresConfig::prune_after`] does hourly.
@@ -228,6 +215,19 @@ impl Lock for PostgresLock {
     /// The handle is marked abandoned at once.
     async fn abandon(&self) {
         self.inner.conn.abandon().await;
+    }
+
+    /// See [`Lock::keys_in_use`]: the names held now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when PostgreSQL fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(dlock_core::driver::names(self.inner.conn.in_use(prefix).await?))
     }
 
     /// See [`Lock::holders`]: the holder of the name's row while its

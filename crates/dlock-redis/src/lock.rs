@@ -158,30 +158,6 @@ impl RedisLock {
         self.inner.conn.fence_counter(&lock_key).await
     }
 
-    /// The lock keys (without the configured prefix) that are held now and
-    /// start with `prefix`. Scans every primary on a cluster.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] / [`Error::Backend`] when Redis fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
-        let full = format!("{}{prefix}", self.inner.config.key_prefix);
-        let keys = self
-            .inner
-            .conn
-            .lock_keys(&full, self.inner.config.is_cluster())
-            .await?;
-        Ok(keys
-            .iter()
-            .filter_map(|k| k.strip_prefix(&self.inner.config.key_prefix))
-            .map(str::to_owned)
-            .collect())
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -302,6 +278,29 @@ impl Lock for RedisLock {
     /// the connections to close on their own.
     async fn abandon(&self) {
         self.inner.conn.abandon().await;
+    }
+
+    /// See [`Lock::keys_in_use`]: the names whose lock key (or a read-write
+    /// lock's or semaphore's key) Redis holds now. Scans every primary on a
+    /// cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when Redis fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        let key_prefix = &self.inner.config.key_prefix;
+        let keys = self
+            .inner
+            .conn
+            .lock_keys(&format!("{key_prefix}{prefix}"), self.inner.config.is_cluster())
+            .await?;
+        Ok(dlock_core::driver::names(
+            keys.iter().filter_map(|k| k.strip_prefix(key_prefix.as_str())),
+        ))
     }
 
     /// See [`Lock::holders`]: the mutex's holder (its `id` is the lock

@@ -160,30 +160,6 @@ impl Redlock {
         format!("{}{}", self.config().key_prefix, key.as_str())
     }
 
-    /// The lock keys (without the prefix) starting with `prefix` that any
-    /// reachable node holds now.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] when no node could be scanned.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only; safe to drop at any point.
-    pub async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
-        let key_prefix = &self.config().key_prefix;
-        let keys = self
-            .inner
-            .conn
-            .lock_keys(&format!("{key_prefix}{prefix}"))
-            .await?;
-        Ok(keys
-            .iter()
-            .filter_map(|k| k.strip_prefix(key_prefix.as_str()))
-            .map(str::to_owned)
-            .collect())
-    }
-
     fn is_abandoned(&self) -> bool {
         self.inner.conn.is_abandoned()
     }
@@ -317,6 +293,27 @@ impl Lock for Redlock {
     /// The handle is marked abandoned at once.
     async fn abandon(&self) {
         self.inner.conn.abandon().await;
+    }
+
+    /// See [`Lock::keys_in_use`]: the names any reachable node holds now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when no node could be scanned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        let key_prefix = &self.config().key_prefix;
+        let keys = self
+            .inner
+            .conn
+            .lock_keys(&format!("{key_prefix}{prefix}"))
+            .await?;
+        Ok(dlock_core::driver::names(
+            keys.iter().filter_map(|k| k.strip_prefix(key_prefix.as_str())),
+        ))
     }
 
     /// See [`Lock::grant`]: mutexes only ([`Claim::Mutex`]; the others are

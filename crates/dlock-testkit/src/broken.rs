@@ -613,6 +613,29 @@ impl Lock for NaiveLock {
         self.crashed.store(true, Ordering::SeqCst);
     }
 
+    /// Names with a live holder or an entry (no abandon check: the kit's
+    /// residue reads through any client).
+    async fn keys_in_use(&self, namespace: &str) -> Result<Vec<String>> {
+        let mut t = self.table();
+        let now = Instant::now();
+        t.entries.retain(|_, e| e.deadline > now);
+        for f in t.family.values_mut() {
+            f.holders.retain(|m| m.deadline > now);
+        }
+        let held = t
+            .family
+            .iter()
+            .filter(|(_, f)| !f.holders.is_empty())
+            .map(|((_, k), _)| k);
+        Ok(dlock_core::driver::names(
+            t.entries
+                .keys()
+                .chain(held)
+                .map(LockKey::as_str)
+                .filter(|k| k.starts_with(namespace)),
+        ))
+    }
+
     async fn grant(
         &self,
         key: &LockKey,
@@ -826,26 +849,6 @@ impl LockFactory for NaiveFactory {
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        let mut t = self.backend.table();
-        let now = Instant::now();
-        t.entries.retain(|_, e| e.deadline > now);
-        for f in t.family.values_mut() {
-            f.holders.retain(|m| m.deadline > now);
-        }
-        let held = t
-            .family
-            .iter()
-            .filter(|(_, f)| !f.holders.is_empty())
-            .map(|((_, k), _)| k);
-        let mut keys: Vec<String> = t
-            .entries
-            .keys()
-            .chain(held)
-            .filter(|k| k.as_str().starts_with(namespace))
-            .map(|k| k.as_str().to_owned())
-            .collect();
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
+        self.backend.keys_in_use(namespace).await
     }
 }

@@ -51,8 +51,9 @@ pub trait LockFactory: Send + Sync + 'static {
         dlock_core::Lock::abandon(client)
     }
 
-    /// The keys starting with `namespace` that the backend still holds or has
-    /// waiters for (lock keys, nodes, waiter keys...), as readable strings.
+    /// What the backend still keeps for the names starting with
+    /// `namespace`, as readable strings: a driver's factory usually answers
+    /// with its handle's [`Lock::keys_in_use`](dlock_core::Lock::keys_in_use).
     ///
     /// # Errors
     ///
@@ -137,12 +138,7 @@ impl LockFactory for MemFactory {
     }
 
     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-        Ok(self
-            .backend
-            .keys_in_use(namespace)
-            .into_iter()
-            .map(|k| k.as_str().to_owned())
-            .collect())
+        dlock_core::Lock::keys_in_use(&self.backend, namespace).await
     }
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {

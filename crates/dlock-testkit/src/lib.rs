@@ -123,15 +123,12 @@
 //! use std::net::SocketAddr;
 //! use std::sync::Arc;
 //!
-//! use dlock_core::Result;
+//! use dlock_core::{Lock, Result};
 //! use dlock_testkit::launcher::Redis;
 //! use dlock_testkit::link::nowhere;
 //! use dlock_testkit::{Link, Linked, LockFactory};
 //! # type FooLock = dlock_core::MemLock;
 //! # async fn connect(_server: SocketAddr) -> Result<FooLock> { Ok(FooLock::new()) }
-//! # async fn keys_in_use(l: &FooLock, ns: &str) -> Result<Vec<String>> {
-//! #     Ok(l.keys_in_use(ns).into_iter().map(|k| k.as_str().to_owned()).collect())
-//! # }
 //!
 //! /// Clients of one private server, which it owns.
 //! struct FooFactory {
@@ -150,9 +147,9 @@
 //!     async fn client(&self) -> Result<FooLock> {
 //!         connect(self.addr).await
 //!     }
-//!     // Everything the backend keeps for names under `namespace`.
+//!     // The names the backend still keeps under `namespace`.
 //!     async fn residue(&self, namespace: &str) -> Result<Vec<String>> {
-//!         keys_in_use(&self.admin, namespace).await
+//!         self.admin.keys_in_use(namespace).await
 //!     }
 //!     // A network driver offers links to break.
 //!     fn breaks_links(&self) -> bool {

@@ -42,6 +42,7 @@ macro_rules! __with_scenarios {
             acquire_release_reacquire,
             try_acquire_held_and_free,
             holders_name_the_grant,
+            keys_in_use_names_what_is_held,
             acquire_wait_times_out,
             mutual_exclusion_counter,
             tokens_increase_across_clients,

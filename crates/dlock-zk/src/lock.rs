@@ -155,7 +155,9 @@ impl ZkLock {
     /// The lock nodes (holders and waiters, full paths: a mutex's,
     /// a read-write lock's, a semaphore's `locks` nodes and leases) of every lock whose
     /// name starts with `namespace` and ends at a `/` boundary: everything
-    /// under `{root}/{namespace}` when `namespace` ends with `/`.
+    /// under `{root}/{namespace}` when `namespace` ends with `/`: what
+    /// ZooKeeper keeps, node by node (the names are
+    /// [`keys_in_use`](Lock::keys_in_use)).
     ///
     /// # Errors
     ///
@@ -164,10 +166,13 @@ impl ZkLock {
     /// # Cancel safety
     ///
     /// Read-only; safe to drop at any point.
-    pub async fn keys_in_use(&self, namespace: &str) -> Result<Vec<String>> {
+    pub async fn contenders(&self, namespace: &str) -> Result<Vec<String>> {
         let client = self.session().await?.client()?;
         let timeout = self.inner.config.request_timeout;
-        let start = format!("{}/{}", self.inner.config.root, namespace.trim_end_matches('/'));
+        let start = match namespace.trim_end_matches('/') {
+            "" => self.inner.config.root.clone(),
+            ns => format!("{}/{ns}", self.inner.config.root),
+        };
         protocol::lock_nodes_under(&client, start, timeout).await
     }
 
@@ -279,6 +284,31 @@ impl Lock for ZkLock {
         if let Ok(session) = self.inner.session.try_lock() {
             session.abandon();
         }
+    }
+
+    /// See [`Lock::keys_in_use`]: the names with a node, a holder's or a
+    /// waiter's, of any layout (mutex, read-write lock, semaphore; a name
+    /// ending in `/locks` or `/leases` reads as the semaphore's).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] / [`Error::Backend`] when ZooKeeper fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; safe to drop at any point.
+    async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
+        // The deepest directory every such name is under.
+        let dir = prefix.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let root = format!("{}/", self.inner.config.root);
+        let nodes = self.contenders(dir).await?;
+        Ok(dlock_core::driver::names(
+            nodes
+                .iter()
+                .filter_map(|n| n.strip_prefix(root.as_str()))
+                .filter_map(protocol::name_of)
+                .filter(|name| name.starts_with(prefix)),
+        ))
     }
 
     /// See [`Lock::holders`]: every holder of anything named `key`: the

@@ -512,6 +512,18 @@ pub(crate) async fn lock_nodes_under(
     Ok(found)
 }
 
+/// The lock name a node (its path under the root) belongs to:
+/// `NAME/_c_…` (a mutex, a read-write lock), `NAME/locks/_c_…` or
+/// `NAME/leases/_c_…` (a semaphore).
+pub(crate) fn name_of(node: &str) -> Option<&str> {
+    let (dir, _) = node.rsplit_once('/')?;
+    Some(
+        dir.strip_suffix(&format!("/{SEMAPHORE_LOCKS}"))
+            .or_else(|| dir.strip_suffix(&format!("/{SEMAPHORE_LEASES}")))
+            .unwrap_or(dir),
+    )
+}
+
 /// Whether our node is still there and still ours (the same `czxid`), read
 /// after a sync through the leader: a member cut off from it would answer
 /// from what it last knew.

@@ -57,7 +57,7 @@ fn name_of(path: &str) -> &str {
 
 /// How many lock nodes (holders and waiters) are under `k`'s directory.
 async fn nodes(lock: &ZkLock, k: &LockKey) -> usize {
-    lock.keys_in_use(k.as_str()).await.unwrap().len()
+    lock.contenders(k.as_str()).await.unwrap().len()
 }
 
 fn opts() -> AcquireOptions {
@@ -154,7 +154,7 @@ async fn mutex_layouts_agree_with_curator() {
         assert_eq!(listed[0].id, first.node);
         let ours_node = f
             .admin
-            .keys_in_use(k.as_str())
+            .contenders(k.as_str())
             .await
             .unwrap()
             .into_iter()
@@ -287,7 +287,7 @@ async fn read_write_layouts_agree_with_curator() {
     until("our writer's node", async || nodes(&f.admin, &k).await == 3).await;
     let our_writer = f
         .admin
-        .keys_in_use(k.as_str())
+        .contenders(k.as_str())
         .await
         .unwrap()
         .into_iter()

@@ -111,13 +111,13 @@ async fn curator_nodes_are_honoured_in_order_and_ours_look_like_curators() {
         })
     };
     until("dlock's node to queue", async || {
-        f.admin.keys_in_use(&name).await.unwrap().len() == 2
+        f.admin.contenders(&name).await.unwrap().len() == 2
     })
     .await;
     let third = curator_node(&raw, &dir).await;
     let ours: Vec<String> = f
         .admin
-        .keys_in_use(&name)
+        .contenders(&name)
         .await
         .unwrap()
         .into_iter()
@@ -345,7 +345,7 @@ async fn a_partitioned_holder_is_lost_before_a_waiter_is_granted() {
         })
     };
     until("the waiter to queue", async || {
-        waiter.keys_in_use(k.as_str()).await.unwrap().len() == 2
+        waiter.contenders(k.as_str()).await.unwrap().len() == 2
     })
     .await;
     proxy.set(Fault::Blackhole);
@@ -727,7 +727,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
     };
     // Queued and watching the holder's node (the holder watches it too).
     until("the waiter to watch the holder", async || {
-        other.keys_in_use(k.as_str()).await.unwrap().len() == 2 && watchers(first, g.node()).await >= 2
+        other.contenders(k.as_str()).await.unwrap().len() == 2 && watchers(first, g.node()).await >= 2
     })
     .await;
     // The waiter's network goes silent before its wait runs out: its delete fails.
@@ -743,7 +743,7 @@ async fn a_timed_out_waiter_whose_clean_up_fails_leaves_nothing_behind() {
         .unwrap();
     g.release().await.unwrap();
     until("nothing left behind", async || {
-        other.keys_in_use(k.as_str()).await.unwrap().is_empty()
+        other.contenders(k.as_str()).await.unwrap().is_empty()
     })
     .await;
     drop(waiter);

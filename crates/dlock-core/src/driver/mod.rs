@@ -25,6 +25,8 @@
 //!   timed-out acquire), with one retry policy; [`spawn_detached`] for a
 //!   single detached request (a revoke, an unsubscribe); [`OnDrop`], the
 //!   armed drop guard that starts one when a call ends early.
+//! - listing: [`names`], the one shape of
+//!   [`Lock::keys_in_use`](crate::Lock::keys_in_use)'s answer.
 //! - owner: what a holder writes about itself, the one writer and
 //!   parser ([`owner_value`], [`owner_detail`], [`Owner`]).
 //! - urls: where the servers are, as messages show it ([`endpoint_of`],
@@ -40,6 +42,7 @@ mod background;
 mod checks;
 mod keeper;
 mod lease;
+mod listing;
 mod outcome;
 mod owner;
 pub(crate) mod schedule;
@@ -53,6 +56,7 @@ pub use background::{
 pub use checks::{check_permits, check_ttl};
 pub use keeper::{Keeper, Kept, Renew};
 pub use lease::{Granted, Lease, LeaseHome};
+pub use listing::names;
 pub use outcome::{Outcome, Refusal};
 pub use owner::{Owner, VALUE_TAG, owner_detail, owner_value};
 pub use schedule::{COMPACT, Inbox, Msg, Slot, Slots, Taken};

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use dlock_core::{LockKey, Result};
+use dlock_core::{Lock, LockKey, Result};
 use dlock_etcd::{EtcdConfig, EtcdLock};
 use dlock_testkit::launcher::{Etcd, shared};
 use dlock_testkit::link::{nowhere, repoint, socket_addr};
@@ -90,7 +90,7 @@ impl LockFactory for EtcdFactory {
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
         let pfx = self.admin.lock_prefix(key);
         let ns = pfx.strip_prefix(&self.config.key_prefix).unwrap_or(&pfx);
-        let keys = self.admin.keys_in_use(ns).await?;
+        let keys = self.admin.contenders(ns).await?;
         // Direct children only: `{prefix}{name}/{lease}`.
         Ok(Some(
             keys.iter()

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use dlock_core::Result;
+use dlock_core::{Lock, Result};
 use dlock_postgres::{PostgresConfig, PostgresLock};
 use dlock_testkit::launcher::{Postgres, shared};
 use dlock_testkit::link::{nowhere, repoint, socket_addr};

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use dlock_core::Result;
+use dlock_core::{Lock, Result};
 use dlock_redis::{RedisConfig, RedisLock};
 use dlock_testkit::launcher::{Redis, shared};
 use dlock_testkit::link::{nowhere, repoint, socket_addr};

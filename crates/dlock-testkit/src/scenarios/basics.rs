@@ -84,6 +84,46 @@ pub async fn holders_name_the_grant<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
     Ok(Verdict::Passed)
 }
 
+/// [`Lock::keys_in_use`] lists the names held under a prefix (a mutex, a
+/// read, a permit, as the backend offers them), as the names the caller
+/// gave (no key prefix, no layout), each once, to another client; and
+/// none of them once they are released.
+pub async fn keys_in_use_names_what_is_held<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let (t, caps) = (ctx.timing(), ctx.caps());
+    let prefix = ctx.key("in-use/").as_str().to_owned();
+    let outside = ctx.key("in-used");
+    let (mutex, read, permit) = (ctx.key("in-use/m"), ctx.key("in-use/r"), ctx.key("in-use/s"));
+    ensure!(
+        b.keys_in_use(&prefix).await?.is_empty(),
+        "names in use under a fresh prefix {prefix:?}"
+    );
+    let opts = ctx.opts(t.long_ttl);
+    let mut held = vec![a.acquire(&outside, opts).await?, a.acquire(&mutex, opts).await?];
+    let mut expected = vec![mutex.as_str()];
+    if caps.read_write {
+        held.push(a.acquire_read(&read, opts).await?);
+        expected.push(read.as_str());
+    }
+    if caps.semaphores {
+        held.push(a.acquire_permits(&permit, 1, 2, opts).await?);
+        expected.push(permit.as_str());
+    }
+    let listed = b.keys_in_use(&prefix).await?;
+    ensure!(
+        listed == expected,
+        "keys_in_use({prefix:?}) listed {listed:?} while {expected:?} were held"
+    );
+    for g in held {
+        g.release().await?;
+    }
+    crate::outcome::wait_until(t.prompt, "no names in use after the releases", || async {
+        Ok(b.keys_in_use(&prefix).await?.is_empty())
+    })
+    .await?;
+    Ok(Verdict::Passed)
+}
+
 /// `try_acquire` is `None` while another client holds the key and `Some` once
 /// it is free.
 pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> Outcome {

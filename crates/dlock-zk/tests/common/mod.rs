@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{LockKey, Result};
+use dlock_core::{Lock, LockKey, Result};
 use dlock_testkit::launcher::{ZooKeeper, shared};
 use dlock_testkit::link::{nowhere, socket_addr};
 use dlock_testkit::{Link, Linked, LockFactory};
@@ -92,7 +92,7 @@ impl LockFactory for ZkFactory {
 
     async fn contenders(&self, key: &LockKey) -> Result<Option<usize>> {
         let dir = self.admin.lock_path(key)?;
-        let nodes = self.admin.keys_in_use(key.as_str()).await?;
+        let nodes = self.admin.contenders(key.as_str()).await?;
         Ok(Some(
             nodes
                 .iter()
