@@ -24,6 +24,13 @@ const RELEASE: &str =
 /// release notice to come (on loopback, both take microseconds).
 const NOTICE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// `event`, which the handoff floor waits for, within [`NOTICE_WITHIN`].
+async fn notice<T>(what: &str, event: impl std::future::Future<Output = T>) -> Result<T, String> {
+    tokio::time::timeout(NOTICE_WITHIN, event)
+        .await
+        .map_err(|_| format!("the handoff floor waited for {what} for {NOTICE_WITHIN:?}"))
+}
+
 /// Waits until Redis counts a subscriber on `channel` (asked through
 /// `client`), at most [`NOTICE_WITHIN`].
 async fn subscribed(client: &Fred, channel: &str) -> Result<(), String> {
@@ -351,9 +358,8 @@ pub(crate) async fn handoff(
                 a.eval::<i64, _, _, _>(publish_release, vec![key.as_str()], vec!["a", channel.as_str()])
                     .await
                     .map_err(|e| err(&e))?;
-                tokio::time::timeout(NOTICE_WITHIN, rx.recv())
-                    .await
-                    .map_err(|_| format!("the handoff floor's release notice on {channel} did not come within {NOTICE_WITHIN:?}"))?
+                notice("the release notice", rx.recv())
+                    .await?
                     .map_err(|e| err(&e))?;
                 let got: Option<String> = b
                     .set(
@@ -385,13 +391,14 @@ pub(crate) async fn handoff(
                 a.put(key.as_str(), "a", None).await.map_err(|e| err(&e))?;
                 let mut stream = b.watch(key.as_str(), None).await.map_err(|e| err(&e))?;
                 // The watch is in place once etcd says it was created.
-                stream.message().await.map_err(|e| err(&e))?;
+                notice("the etcd watch's creation", stream.message())
+                    .await?
+                    .map_err(|e| err(&e))?;
                 let t = Instant::now();
                 a.delete(key.as_str(), None).await.map_err(|e| err(&e))?;
                 loop {
-                    let m = stream
-                        .message()
-                        .await
+                    let m = notice("the etcd delete event", stream.message())
+                        .await?
                         .map_err(|e| err(&e))?
                         .ok_or("the watch ended")?;
                     if m.events()
@@ -418,7 +425,7 @@ pub(crate) async fn handoff(
                 let (_, watcher) = b.check_and_watch_stat(&path).await.map_err(|e| err(&e))?;
                 let t = Instant::now();
                 a.delete(&path, None).await.map_err(|e| err(&e))?;
-                watcher.changed().await;
+                notice("the ZooKeeper delete event", watcher.changed()).await?;
                 b.create(&path, b"b", &mode).await.map_err(|e| err(&e))?;
                 let d = t.elapsed();
                 b.delete(&path, None).await.map_err(|e| err(&e))?;
@@ -439,17 +446,15 @@ pub(crate) async fn handoff(
                 a.take(&key, "a").await?;
                 let t = Instant::now();
                 a.give_back(&key, "a", &channel).await?;
-                notices
-                    .recv()
-                    .await
+                notice("the release notice", notices.recv())
+                    .await?
                     .ok_or("the handoff floor's connection ended")?;
                 b.take(&key, "b").await?;
                 let d = t.elapsed();
                 b.give_back(&key, "b", &channel).await?;
                 // B's own release notified B too: take that notice away.
-                notices
-                    .recv()
-                    .await
+                notice("the own release notice", notices.recv())
+                    .await?
                     .ok_or("the handoff floor's connection ended")?;
                 if i >= 5 {
                     lat.record(d);

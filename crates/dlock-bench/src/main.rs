@@ -330,12 +330,17 @@ async fn run(args: &[String]) -> Result<(), String> {
 /// another's.
 async fn memory_in_child(url: &str, guards: usize) -> Result<(u64, u64, usize), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = tokio::process::Command::new(exe)
+    let child = tokio::process::Command::new(exe)
         .args(["--memory", url, "--guards", &guards.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| e.to_string())?;
+    watchdog::child(child.id());
+    let out = child.wait_with_output().await.map_err(|e| e.to_string());
+    watchdog::child(None);
+    let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()

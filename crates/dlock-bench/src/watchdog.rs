@@ -5,11 +5,16 @@
 //! it is there), so a hang in CI says where it was instead of eating the
 //! CI's time.
 
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The step under way and since when.
 static STEP: Mutex<Option<(String, Instant)>> = Mutex::new(None);
+
+/// The child process the step waits for (0: none).
+static CHILD: AtomicU32 = AtomicU32::new(0);
 
 /// The exit status of a run that overran a step.
 pub(crate) const OVERRAN: i32 = 3;
@@ -17,6 +22,18 @@ pub(crate) const OVERRAN: i32 = 3;
 /// Names the step now under way.
 pub(crate) fn step(what: impl Into<String>) {
     *STEP.lock().unwrap_or_else(PoisonError::into_inner) = Some((what.into(), Instant::now()));
+}
+
+/// The step now waits for child process `pid` (`None`: no more): an
+/// overrun prints its stacks and kills it too (an exit would leave it
+/// running).
+pub(crate) fn child(pid: Option<u32>) {
+    CHILD.store(pid.unwrap_or(0), Ordering::SeqCst);
+}
+
+/// Says `line` on stderr; a closed stderr is no reason to stop.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Starts the thread that ends the process when a step takes longer than
@@ -34,24 +51,34 @@ pub(crate) fn start(limit: Duration) {
                     .filter(|(_, since)| since.elapsed() > limit)
                     .map(|(what, _)| what.clone());
                 if let Some(what) = overran {
-                    eprintln!(
+                    say(&format!(
                         "dlock-bench: {what} did not finish within {limit:?}; every thread's stack follows, then the run ends"
-                    );
-                    print_stacks();
-                    eprintln!("dlock-bench: ended: {what} did not finish within {limit:?}");
+                    ));
+                    print_stacks(std::process::id());
+                    let child = CHILD.load(Ordering::SeqCst);
+                    if child != 0 {
+                        say(&format!("dlock-bench: the step's child process {child}:"));
+                        print_stacks(child);
+                        let _ = std::process::Command::new("kill")
+                            .args(["-9", &child.to_string()])
+                            .status();
+                    }
+                    say(&format!("dlock-bench: ended: {what} did not finish within {limit:?}"));
                     std::process::exit(OVERRAN);
                 }
             }
         });
     if let Err(e) = spawned {
-        eprintln!("dlock-bench: no watchdog ({e}); a stuck step will not end the run");
+        say(&format!(
+            "dlock-bench: no watchdog ({e}); a stuck step will not end the run"
+        ));
     }
 }
 
-/// Every thread's stack of this process, through `gdb` (bounded in time;
+/// Every thread's stack of process `pid`, through `gdb` (bounded in time;
 /// nothing when it is missing or may not attach).
-fn print_stacks() {
-    let pid = std::process::id().to_string();
+fn print_stacks(pid: u32) {
+    let pid = pid.to_string();
     let out = std::process::Command::new("timeout")
         .args([
             "60",
@@ -73,16 +100,16 @@ fn print_stacks() {
                 .lines()
                 .filter(|l| l.starts_with('#') || l.starts_with("Thread "))
             {
-                eprintln!("{line}");
+                say(line);
             }
             if !out.status.success() {
-                eprintln!(
+                say(&format!(
                     "dlock-bench: gdb ended with {}: {}",
                     out.status,
                     String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-                );
+                ));
             }
         }
-        Err(e) => eprintln!("dlock-bench: no stacks (cannot run gdb: {e})"),
+        Err(e) => say(&format!("dlock-bench: no stacks (cannot run gdb: {e})")),
     }
 }

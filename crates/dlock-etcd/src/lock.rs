@@ -317,7 +317,9 @@ impl Lock for EtcdLock {
         Ok(dlock_core::driver::names(
             keys.iter()
                 .filter_map(|k| k.strip_prefix(key_prefix.as_str()))
-                .filter_map(protocol::name_of),
+                .filter_map(protocol::name_of)
+                // `jobs` has keys under `jobs/`, and `a` under `a/r...`.
+                .filter(|name| name.starts_with(prefix)),
         ))
     }
 

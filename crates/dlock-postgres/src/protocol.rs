@@ -191,7 +191,7 @@ enum Lane {
 
 /// One connection and its prepared statements; the task that drives the
 /// connection hands release notices to the waiters.
-struct Session {
+struct Connection {
     client: Client,
     cancel: CancelToken,
     /// A cancel request was sent already (one per connection: several
@@ -206,7 +206,7 @@ struct Session {
     task: JoinHandle<()>,
 }
 
-impl Drop for Session {
+impl Drop for Connection {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -224,7 +224,7 @@ pub(crate) struct Waiters {
 }
 
 /// A registered waiter; dropping it unregisters.
-pub(crate) struct Waiting {
+pub(crate) struct Waiter {
     waiters: Arc<Waiters>,
     name: String,
     /// Notified (`notify_waiters`) on a release notice for the name.
@@ -237,13 +237,13 @@ impl Waiters {
     }
 
     /// Registers a waiter of `name`.
-    pub(crate) fn wait_on(self: &Arc<Self>, name: &str) -> Waiting {
+    pub(crate) fn wait_on(self: &Arc<Self>, name: &str) -> Waiter {
         let mut names = self.names();
         let entry = names
             .entry(name.to_owned())
             .or_insert_with(|| (0, Arc::default()));
         entry.0 += 1;
-        Waiting {
+        Waiter {
             waiters: Arc::clone(self),
             name: name.to_owned(),
             notify: Arc::clone(&entry.1),
@@ -263,7 +263,7 @@ impl Waiters {
     }
 }
 
-impl Drop for Waiting {
+impl Drop for Waiter {
     fn drop(&mut self) {
         let mut names = self.waiters.names();
         if let Some(entry) = names.get_mut(&self.name) {
@@ -341,8 +341,8 @@ pub(crate) struct Conn {
     sql: Sql,
     /// `host:port/database`, for messages.
     endpoint: String,
-    acquires: tokio::sync::Mutex<Option<Arc<Session>>>,
-    guards: tokio::sync::Mutex<Option<Arc<Session>>>,
+    acquires: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    guards: tokio::sync::Mutex<Option<Arc<Connection>>>,
     abandoned: AtomicBool,
     pub(crate) waiters: Arc<Waiters>,
     /// Keeps every guard of this handle, in one task.
@@ -371,7 +371,7 @@ impl Conn {
             waiters: Arc::default(),
             keeper: Keeper::new(),
         });
-        conn.session(Lane::Acquire).await?;
+        conn.connection(Lane::Acquire).await?;
         if let Some(idle) = config.prune_after {
             Self::prune_hourly(Arc::downgrade(&conn), idle);
         }
@@ -393,7 +393,7 @@ impl Conn {
         self.guards.lock().await.take();
     }
 
-    fn lane(&self, lane: Lane) -> &tokio::sync::Mutex<Option<Arc<Session>>> {
+    fn lane(&self, lane: Lane) -> &tokio::sync::Mutex<Option<Arc<Connection>>> {
         match lane {
             Lane::Acquire => &self.acquires,
             Lane::Guard => &self.guards,
@@ -415,8 +415,8 @@ impl Conn {
         )
     }
 
-    /// The lane's live session, or a new one.
-    async fn session(&self, lane: Lane) -> Result<Arc<Session>> {
+    /// The lane's live connection, or a new one.
+    async fn connection(&self, lane: Lane) -> Result<Arc<Connection>> {
         if self.is_abandoned() {
             return Err(Self::abandoned_error());
         }
@@ -446,10 +446,10 @@ impl Conn {
         Ok(opened)
     }
 
-    /// Takes `s` out of its lane if it is still the lane's session (the
+    /// Takes `s` out of its lane if it is still the lane's connection (the
     /// next request opens another), and asks the server to cancel what it
     /// is running.
-    async fn retire(&self, lane: Lane, s: &Arc<Session>) {
+    async fn retire(&self, lane: Lane, s: &Arc<Connection>) {
         self.cancel(s);
         let mut current = self.lane(lane).lock().await;
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, s)) {
@@ -462,7 +462,7 @@ impl Conn {
     /// the statement ended is learnt from its own answer. (Statements
     /// queued behind it on `s` may be cancelled instead; each of their
     /// callers sees an error and tries again as for any other.)
-    fn cancel(&self, s: &Session) {
+    fn cancel(&self, s: &Connection) {
         if self.is_abandoned() || s.cancelled.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
@@ -480,7 +480,7 @@ impl Conn {
         });
     }
 
-    async fn open(&self, lane: Lane) -> Result<Session> {
+    async fn open(&self, lane: Lane) -> Result<Connection> {
         let listen = lane == Lane::Acquire;
         let client = self.client(listen).await;
         let (client, task) = client.map_err(|e| map_err(e, &self.endpoint))?;
@@ -500,7 +500,7 @@ impl Conn {
             client.prepare(&self.sql.in_use),
         )
         .map_err(failed)?;
-        Ok(Session {
+        Ok(Connection {
             cancel: client.cancel_token(),
             cancelled: std::sync::atomic::AtomicBool::new(false),
             acquire,
@@ -615,18 +615,18 @@ impl Conn {
         row.try_get(i).map_err(|e| odd_reply(e, &self.endpoint))
     }
 
-    /// `request` on the lane's session within the request timeout, sent
+    /// `request` on the lane's connection within the request timeout, sent
     /// again when it lost a serialization failure or a deadlock. Without
-    /// an answer in time, the session is retired and its statement
+    /// an answer in time, the connection is retired and its statement
     /// cancelled.
     async fn run<T, F, Fut>(&self, lane: Lane, mut request: F) -> Result<T>
     where
-        F: FnMut(Arc<Session>) -> Fut,
+        F: FnMut(Arc<Connection>) -> Fut,
         Fut: Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     {
         let mut conflicts = 0;
         loop {
-            let s = self.session(lane).await?;
+            let s = self.connection(lane).await?;
             match tokio::time::timeout(self.config.request_timeout, request(Arc::clone(&s))).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(e)) if is_conflict(&e) && conflicts < CONFLICT_RETRIES => {
@@ -676,7 +676,7 @@ impl Conn {
         value: &Arc<str>,
         ttl: Duration,
     ) -> Result<Option<Found>> {
-        let s = self.session(Lane::Acquire).await?;
+        let s = self.connection(Lane::Acquire).await?;
         let secs = seconds(ttl);
         let statement: Running = tokio::spawn({
             let (s, name, value) = (Arc::clone(&s), name.to_owned(), value.to_string());
@@ -763,7 +763,7 @@ impl Conn {
         }
     }
 
-    /// Follows, in the background, an acquire statement (on session `s`)
+    /// Follows, in the background, an acquire statement (on connection `s`)
     /// whose caller stopped waiting for its answer, to that answer: if it
     /// granted (or its reply cannot be read), the grant nobody received is
     /// released; if the server refused it with an `ERROR`, nothing was
@@ -775,7 +775,7 @@ impl Conn {
     fn follow_up(
         self: Arc<Self>,
         mut statement: Running,
-        s: Arc<Session>,
+        s: Arc<Connection>,
         cancelled: bool,
         name: String,
         value: Arc<str>,

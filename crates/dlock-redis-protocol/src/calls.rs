@@ -226,7 +226,7 @@ impl Scripts {
     }
 
     /// [`RELEASE`](scripts::RELEASE): 1 released, 0 already gone, -1 held by
-    /// someone else (see [`Outcome::from_reply`](crate::Outcome::from_reply)).
+    /// someone else (see [`outcome_of`](crate::outcome_of)).
     ///
     /// # Errors
     ///

@@ -7,7 +7,8 @@
 //! - [`calls`]: each script as a call (its keys, arguments and reply);
 //! - [`notices`]: release notices over pub/sub, waking waiters;
 //! - (a guard's local deadline and watchdog are `dlock_core::driver`'s);
-//! - [`Outcome`]: what a release or extend script found;
+//! - [`outcome_of`]: what a release or extend script found, as the
+//!   driver layer's `Outcome`;
 //! - [`map_err`]: fred's errors as dlock's one [`Error`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -18,55 +19,25 @@ pub mod scripts;
 
 use std::time::Duration;
 
-use dlock_core::driver::Refusal;
-use dlock_core::{Error, LockKey, Result};
+use dlock_core::driver::{Outcome, Refusal};
+use dlock_core::{Error, Result};
 
-/// What the release and extend scripts found on one server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Released or extended.
-    Done,
-    /// The key was gone: the lock had expired.
-    Expired,
-    /// Someone else's value is there; it was left alone.
-    HeldByOther,
-}
-
-impl Outcome {
-    /// Reads a script's integer reply (1, 0, -1).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Backend`] for any other number.
-    pub fn from_reply(backend: &'static str, reply: i64) -> Result<Self> {
-        match reply {
-            1 => Ok(Outcome::Done),
-            0 => Ok(Outcome::Expired),
-            -1 => Ok(Outcome::HeldByOther),
-            other => Err(Error::backend(
-                backend,
-                format!("unexpected script reply {other}"),
-            )),
-        }
-    }
-
-    /// The driver layer's view: done, or which [`Refusal`].
-    pub fn refusal(self) -> dlock_core::driver::Outcome {
-        match self {
-            Outcome::Done => Ok(()),
-            Outcome::Expired => Err(Refusal::Expired),
-            Outcome::HeldByOther => Err(Refusal::HeldByOther),
-        }
-    }
-
-    /// `Ok` for [`Outcome::Done`], else [`Refusal::into_error`]:
-    /// [`Error::Lost`] for expired, [`Error::NotHeld`] for held by another.
-    ///
-    /// # Errors
-    ///
-    /// As described.
-    pub fn into_result(self, key: &LockKey) -> Result<()> {
-        self.refusal().map_err(|r| r.into_error(key))
+/// What a release or extend script's reply (1, 0, -1) says: done, the
+/// key was gone (the lock had expired), or someone else's value is there
+/// (left alone).
+///
+/// # Errors
+///
+/// [`Error::Backend`] for any other number.
+pub fn outcome_of(backend: &'static str, reply: i64) -> Result<Outcome> {
+    match reply {
+        1 => Ok(Ok(())),
+        0 => Ok(Err(Refusal::Expired)),
+        -1 => Ok(Err(Refusal::HeldByOther)),
+        other => Err(Error::backend(
+            backend,
+            format!("unexpected script reply {other}"),
+        )),
     }
 }
 

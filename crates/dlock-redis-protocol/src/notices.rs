@@ -34,7 +34,7 @@ struct Channel {
 
 /// A registered interest in a key's release channel; dropping it gives the
 /// subscription up when no other waiter needs it.
-pub struct Waiting {
+pub struct Waiter {
     waiters: Arc<Waiters>,
     channel: String,
     slot: u64,
@@ -122,7 +122,7 @@ impl Waiters {
     /// Cancelling it is safe: the registration is undone (and the channel
     /// given up if nobody else waits on it). A subscribe cut short that the
     /// server took anyway stays until the connection does.
-    pub async fn wait_on(self: &Arc<Self>, channel: String, deadline: Option<Instant>) -> Waiting {
+    pub async fn wait_on(self: &Arc<Self>, channel: String, deadline: Option<Instant>) -> Waiter {
         let slot = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = crate::scripts::new_waiter_id();
         let notify = Arc::new(Notify::new());
@@ -135,7 +135,7 @@ impl Waiters {
             entry.members.push((slot, id.clone(), Arc::clone(&notify)));
             Arc::clone(&entry.subscribed)
         };
-        let waiting = Waiting {
+        let waiting = Waiter {
             waiters: Arc::clone(self),
             channel: channel.clone(),
             slot,
@@ -226,7 +226,7 @@ impl Waiters {
     }
 }
 
-impl Drop for Waiting {
+impl Drop for Waiter {
     fn drop(&mut self) {
         let idle = {
             let mut channels = self.waiters.channels();

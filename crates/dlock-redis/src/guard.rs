@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use dlock_core::driver::{Granted, Lease};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
 
-use dlock_redis_protocol::Outcome;
 use dlock_redis_protocol::calls::Family;
 
 use crate::error::BACKEND;
@@ -51,7 +50,7 @@ impl RedisGuard {
         let (k, v) = (Arc::clone(&lock_key), Arc::clone(&value));
         let lease = Lease::keep(&conn, &key, granted, move |c| {
             let (k, v) = (Arc::clone(&k), Arc::clone(&v));
-            async move { c.extend(kind, &k, &v, ttl).await.map(Outcome::refusal) }
+            async move { c.extend(kind, &k, &v, ttl).await }
         });
         RedisGuard {
             conn,
@@ -113,9 +112,7 @@ impl Guard for RedisGuard {
         let (conn, kind, lock_key, value) = (&self.conn, self.kind, &self.lock_key, &self.value);
         self.lease
             .extend(ttl, MIN_TTL, conn.is_abandoned(), async |ttl| {
-                conn.extend(kind, lock_key, value, ttl)
-                    .await
-                    .map(Outcome::refusal)
+                conn.extend(kind, lock_key, value, ttl).await
             })
             .await
     }
@@ -146,7 +143,12 @@ impl Guard for RedisGuard {
             Err(e) => return dlock_core::trace::release_result(BACKEND, &key, Some(self.token), Err(e)),
         };
         self.lease.released();
-        dlock_core::trace::release_result(BACKEND, &key, Some(self.token), outcome.into_result(&key))
+        dlock_core::trace::release_result(
+            BACKEND,
+            &key,
+            Some(self.token),
+            outcome.map_err(|r| r.into_error(&key)),
+        )
     }
 }
 

@@ -6,9 +6,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use dlock_core::driver::Outcome;
 use dlock_core::{Error, Result};
-use dlock_redis_protocol::Outcome;
 use dlock_redis_protocol::calls::{Family, FamilyHolder, Fenced, Scripts};
+use dlock_redis_protocol::outcome_of;
 use dlock_redis_protocol::scripts;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
@@ -152,7 +153,7 @@ impl Conn {
             Some(f) => self.scripts.release_family(client, f, lock_key, value).await,
         }
         .map_err(map_err)?;
-        Outcome::from_reply(BACKEND, reply)
+        outcome_of(BACKEND, reply)
     }
 
     /// The compare-value extend of `kind`.
@@ -169,7 +170,7 @@ impl Conn {
             Some(f) => self.scripts.extend_family(client, f, lock_key, value, ttl).await,
         }
         .map_err(map_err)?;
-        Outcome::from_reply(BACKEND, reply)
+        outcome_of(BACKEND, reply)
     }
 
     /// A waiter of `kind` gives up its place in the queue (a mutex) or its

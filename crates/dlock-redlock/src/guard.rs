@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::driver::{Granted, Lease, Refusal};
 use dlock_core::{AcquireOptions, Error, FencingToken, Guard, LockKey, LostSignal, Result};
-use dlock_redis_protocol::{Outcome, millis};
+use dlock_redis_protocol::millis;
 
 use crate::error::BACKEND;
 use crate::protocol::{Conn, MIN_TTL};
@@ -52,7 +52,6 @@ impl RedlockGuard {
                 let tally = c.extend_everywhere(&k, &v, ttl).await;
                 tally
                     .verdict(c.quorum())
-                    .map(Outcome::refusal)
                     .ok_or_else(|| c.no_quorum("extend", tally))
             }
         });
@@ -127,8 +126,8 @@ impl Guard for RedlockGuard {
                 match tally.verdict(conn.quorum()) {
                     // Confirmed too late to count on: the keys may be
                     // expiring, so the lease is as good as expired.
-                    Some(Outcome::Done) if !in_time => Ok(Err(Refusal::Expired)),
-                    Some(outcome) => Ok(outcome.refusal()),
+                    Some(Ok(())) if !in_time => Ok(Err(Refusal::Expired)),
+                    Some(outcome) => Ok(outcome),
                     None => Err(conn.no_quorum("extend", tally)),
                 }
             })
@@ -169,7 +168,7 @@ impl Guard for RedlockGuard {
             );
         }
         let result = match tally.verdict(self.conn.quorum()) {
-            Some(outcome) => outcome.into_result(self.lease.key()),
+            Some(outcome) => outcome.map_err(|r| r.into_error(self.lease.key())),
             None => Err(self.conn.no_quorum("release", tally)),
         };
         dlock_core::trace::release_result(BACKEND, self.lease.key(), self.token(), result)

@@ -7,10 +7,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use dlock_core::driver::Refusal;
 use dlock_core::driver::redact_url;
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::calls::{Scripts, Unfenced};
-use dlock_redis_protocol::{Outcome, scripts};
+use dlock_redis_protocol::{outcome_of, scripts};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::Builder;
@@ -170,7 +171,7 @@ impl Conn {
                 .scripts
                 .release(&self.nodes[i].client, lock_key, value)
                 .await?;
-            Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
+            Ok(outcome_of(BACKEND, reply).unwrap_or(Err(Refusal::HeldByOther)))
         })
         .await;
         Tally::of(&self.names, replies)
@@ -183,7 +184,7 @@ impl Conn {
                 .scripts
                 .extend(&self.nodes[i].client, lock_key, value, ttl)
                 .await?;
-            Ok(Outcome::from_reply(BACKEND, reply).unwrap_or(Outcome::HeldByOther))
+            Ok(outcome_of(BACKEND, reply).unwrap_or(Err(Refusal::HeldByOther)))
         })
         .await;
         Tally::of(&self.names, replies)

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use dlock_redis_protocol::Outcome;
+use dlock_core::driver::{Outcome, Refusal};
 use futures::future::join_all;
 
 /// Why one node did not say yes.
@@ -167,12 +167,12 @@ impl Tally {
         let mut t = Tally::default();
         for (name, reply) in names.iter().zip(replies) {
             match reply {
-                Ok(Outcome::Done) => t.done += 1,
-                Ok(Outcome::Expired) => {
+                Ok(Ok(())) => t.done += 1,
+                Ok(Err(Refusal::Expired)) => {
                     t.expired += 1;
                     t.failures.push((name.clone(), NodeFailure::Expired));
                 }
-                Ok(Outcome::HeldByOther) => {
+                Ok(Err(Refusal::HeldByOther)) => {
                     t.held += 1;
                     t.failures.push((name.clone(), NodeFailure::Held));
                 }
@@ -182,16 +182,16 @@ impl Tally {
         t
     }
 
-    /// The verdict for a quorum of `quorum`: `Done` with a quorum of yeses;
+    /// The verdict for a quorum of `quorum`: done with a quorum of yeses;
     /// `HeldByOther` when a quorum holds another value; `Expired` when a
     /// quorum no longer has ours; otherwise (too many nodes silent) `None`.
     pub(crate) fn verdict(&self, quorum: usize) -> Option<Outcome> {
         if self.done >= quorum {
-            Some(Outcome::Done)
+            Some(Ok(()))
         } else if self.held >= quorum {
-            Some(Outcome::HeldByOther)
+            Some(Err(Refusal::HeldByOther))
         } else if self.expired + self.held >= quorum {
-            Some(Outcome::Expired)
+            Some(Err(Refusal::Expired))
         } else {
             None
         }

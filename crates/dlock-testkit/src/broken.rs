@@ -120,7 +120,7 @@ struct Entry {
 
 /// What a read-write or semaphore grant takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Claim {
+enum Share {
     Read,
     Write,
     Permits { count: u32, limit: u32 },
@@ -138,7 +138,7 @@ struct Family {
 struct Member {
     owner: u64,
     deadline: Instant,
-    claim: Claim,
+    claim: Share,
 }
 
 /// How long a waiting writer's mark outlives its last poll.
@@ -282,7 +282,7 @@ impl NaiveLock {
         &self,
         key: &LockKey,
         ttl: Duration,
-        claim: Option<Claim>,
+        claim: Option<Share>,
         waiting: bool,
     ) -> Result<Option<(u64, FencingToken, Instant)>> {
         let r = async {
@@ -366,32 +366,32 @@ impl NaiveLock {
     fn try_family(
         &self,
         key: &LockKey,
-        claim: Claim,
+        claim: Share,
         ttl: Duration,
         waiting: bool,
     ) -> Option<(u64, FencingToken, Instant)> {
         let mut t = self.table();
         let now = Instant::now();
-        let name = (matches!(claim, Claim::Permits { .. }), key.clone());
+        let name = (matches!(claim, Share::Permits { .. }), key.clone());
         let fam = t.family.entry(name.clone()).or_default();
         fam.holders.retain(|m| m.deadline > now);
         let writer_waits = fam.writer_waits_until.is_some_and(|u| u > now);
         let fits = match claim {
-            Claim::Write if self.flaw == Flaw::WriterIgnoresReaders => {
-                fam.holders.iter().all(|m| m.claim != Claim::Write)
+            Share::Write if self.flaw == Flaw::WriterIgnoresReaders => {
+                fam.holders.iter().all(|m| m.claim != Share::Write)
             }
-            Claim::Write => fam.holders.is_empty(),
-            Claim::Read => {
-                fam.holders.iter().all(|m| m.claim == Claim::Read)
+            Share::Write => fam.holders.is_empty(),
+            Share::Read => {
+                fam.holders.iter().all(|m| m.claim == Share::Read)
                     && (!writer_waits || self.flaw == Flaw::ReaderIgnoresWaitingWriter)
             }
-            Claim::Permits { count, limit } => {
+            Share::Permits { count, limit } => {
                 let limit = u64::from(limit) + u64::from(self.flaw == Flaw::SemaphoreOverAdmits);
                 let taken: u64 = fam
                     .holders
                     .iter()
                     .map(|m| match m.claim {
-                        Claim::Permits { count, .. } => u64::from(count),
+                        Share::Permits { count, .. } => u64::from(count),
                         _ => 0,
                     })
                     .sum();
@@ -399,12 +399,12 @@ impl NaiveLock {
             }
         };
         if !fits {
-            if claim == Claim::Write && waiting {
+            if claim == Share::Write && waiting {
                 fam.writer_waits_until = Some(now + WRITER_MARK);
             }
             return None;
         }
-        if claim == Claim::Write {
+        if claim == Share::Write {
             fam.writer_waits_until = None;
         }
         let deadline = dlock_core::driver::saturating_add(now, ttl);
@@ -644,9 +644,9 @@ impl Lock for NaiveLock {
     ) -> Result<NaiveGuard> {
         let family = match claim {
             dlock_core::Claim::Mutex => None,
-            dlock_core::Claim::Read => Some(Claim::Read),
-            dlock_core::Claim::Write => Some(Claim::Write),
-            dlock_core::Claim::Permits { count, limit } => Some(Claim::Permits { count, limit }),
+            dlock_core::Claim::Read => Some(Share::Read),
+            dlock_core::Claim::Write => Some(Share::Write),
+            dlock_core::Claim::Permits { count, limit } => Some(Share::Permits { count, limit }),
         };
         self.take(key, opts, family).await
     }
@@ -666,7 +666,7 @@ impl Lock for NaiveLock {
 
 impl NaiveLock {
     /// A mutex (`claim` `None`), read-write or semaphore acquire.
-    async fn take(&self, key: &LockKey, opts: AcquireOptions, claim: Option<Claim>) -> Result<NaiveGuard> {
+    async fn take(&self, key: &LockKey, opts: AcquireOptions, claim: Option<Share>) -> Result<NaiveGuard> {
         self.check_up()?;
         let started = Instant::now();
         let waiting = opts.wait != Wait::No;

@@ -288,7 +288,7 @@ pub mod workload;
 pub use factory::{LockFactory, MemFactory};
 pub use launcher::Fault;
 pub use link::{Link, Linked};
-pub use outcome::{Failure, Outcome, Verdict, wait_until, within};
+pub use outcome::{Failure, ScenarioResult, Verdict, wait_until, within};
 #[doc(hidden)]
 pub use runner::__block_on;
 pub use runner::{

@@ -34,7 +34,7 @@ impl From<dlock_core::Error> for Failure {
 }
 
 /// The result of one scenario.
-pub type Outcome = Result<Verdict, Failure>;
+pub type ScenarioResult = Result<Verdict, Failure>;
 
 /// Fails the scenario with a formatted message unless the condition holds.
 macro_rules! ensure {

@@ -8,14 +8,14 @@ use std::time::Duration;
 use dlock_core::Lock;
 
 use crate::LockFactory;
-use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, within};
 use crate::scenarios::{self, Ctx, skip_reason};
 
 /// The longest any one scenario may take, clean-up check included.
 pub const SCENARIO_LIMIT: Duration = Duration::from_secs(180);
 
 /// A running scenario's future.
-pub type ScenarioFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+pub type ScenarioFuture = Pin<Box<dyn Future<Output = ScenarioResult> + Send>>;
 
 /// A scenario by name, runnable against any factory of type `F`.
 pub struct Scenario<F> {
@@ -100,7 +100,7 @@ pub fn all_scenarios<F: LockFactory>() -> Vec<Scenario<F>> {
 /// # Errors
 ///
 /// The scenario's [`Failure`], a residue failure, or a time-out.
-pub async fn run_one<F: LockFactory>(factory: F, scenario: &Scenario<F>) -> Outcome {
+pub async fn run_one<F: LockFactory>(factory: F, scenario: &Scenario<F>) -> ScenarioResult {
     within(SCENARIO_LIMIT, &format!("scenario {}", scenario.name), async {
         let ctx = Ctx::new(factory).await?;
         if let Some(why) = skip_reason(scenario.name, ctx.caps(), ctx.factory().breaks_links()) {
@@ -202,7 +202,7 @@ where
 #[derive(Debug)]
 pub struct Report {
     /// Each scenario run, by name, with its outcome.
-    pub results: Vec<(&'static str, Outcome)>,
+    pub results: Vec<(&'static str, ScenarioResult)>,
 }
 
 impl Report {
@@ -228,7 +228,7 @@ impl Report {
             .find_map(|(name, o)| o.as_ref().err().map(|f| (*name, f)))
     }
 
-    fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+    fn count(&self, f: impl Fn(&ScenarioResult) -> bool) -> usize {
         self.results.iter().filter(|(_, o)| f(o)).count()
     }
 }

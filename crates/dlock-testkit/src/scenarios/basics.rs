@@ -7,11 +7,11 @@ use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
 use super::Ctx;
 use crate::LockFactory;
 use crate::outcome::ensure;
-use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, within};
 
 /// Acquire, release, acquire again: the second grant's token is higher (or
 /// both are `None` where the backend does not fence).
-pub async fn acquire_release_reacquire<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_release_reacquire<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let c = ctx.client().await?;
     let k = ctx.key("basic");
     let opts = ctx.opts(ctx.timing().long_ttl);
@@ -40,7 +40,7 @@ pub async fn acquire_release_reacquire<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 /// [`Lock::holders`] names a mutex's holder to another client, with the
 /// grant's token, and nobody once it is released; a backend whose
 /// capabilities do not list holders answers [`Error::Unsupported`].
-pub async fn holders_name_the_grant<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn holders_name_the_grant<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("holders");
     let t = ctx.timing();
@@ -86,20 +86,32 @@ pub async fn holders_name_the_grant<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// [`Lock::keys_in_use`] lists the names held under a prefix (a mutex, a
 /// read, a permit, as the backend offers them), as the names the caller
-/// gave (no key prefix, no layout), each once, to another client; and
-/// none of them once they are released.
-pub async fn keys_in_use_names_what_is_held<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+/// gave (no key prefix, no layout), each once, to another client, and no
+/// name outside the prefix (not even the one the prefix's directory is
+/// named after); and none of them once they are released. A backend that
+/// cannot list answers [`Error::Unsupported`].
+pub async fn keys_in_use_names_what_is_held<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let (t, caps) = (ctx.timing(), ctx.caps());
     let prefix = ctx.key("in-use/").as_str().to_owned();
-    let outside = ctx.key("in-used");
+    let (parent, beside) = (ctx.key("in-use"), ctx.key("in-used"));
     let (mutex, read, permit) = (ctx.key("in-use/m"), ctx.key("in-use/r"), ctx.key("in-use/s"));
+    let fresh = match b.keys_in_use(&prefix).await {
+        Err(Error::Unsupported { .. }) => {
+            return Ok(Verdict::Skipped("the backend cannot list the names in use"));
+        }
+        listed => listed?,
+    };
     ensure!(
-        b.keys_in_use(&prefix).await?.is_empty(),
-        "names in use under a fresh prefix {prefix:?}"
+        fresh.is_empty(),
+        "names in use under a fresh prefix {prefix:?}: {fresh:?}"
     );
     let opts = ctx.opts(t.long_ttl);
-    let mut held = vec![a.acquire(&outside, opts).await?, a.acquire(&mutex, opts).await?];
+    let mut held = vec![
+        a.acquire(&parent, opts).await?,
+        a.acquire(&beside, opts).await?,
+        a.acquire(&mutex, opts).await?,
+    ];
     let mut expected = vec![mutex.as_str()];
     if caps.read_write {
         held.push(a.acquire_read(&read, opts).await?);
@@ -126,7 +138,7 @@ pub async fn keys_in_use_names_what_is_held<F: LockFactory>(ctx: Ctx<F>) -> Outc
 
 /// `try_acquire` is `None` while another client holds the key and `Some` once
 /// it is free.
-pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("try");
     let opts = ctx.opts(ctx.timing().long_ttl);
@@ -153,7 +165,7 @@ pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// A bounded wait on a held key ends in `Error::Timeout`, not earlier than
 /// asked, and leaves the holder holding.
-pub async fn acquire_wait_times_out<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_wait_times_out<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("timeout");
     let t = ctx.timing();
@@ -195,7 +207,7 @@ pub async fn acquire_wait_times_out<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 /// Invalid keys are refused with `Error::InvalidKey`; the longest valid key and
 /// keys with unusual characters either work or are refused the same way,
 /// never with a panic or another error.
-pub async fn invalid_keys_rejected<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn invalid_keys_rejected<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     for bad in ["", "nul\0byte", "new\nline", &"k".repeat(LockKey::MAX_LEN + 1)] {
         match LockKey::new(bad) {
             Err(Error::InvalidKey { .. }) => {}
@@ -244,7 +256,7 @@ pub async fn invalid_keys_rejected<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// Locks on different keys do not affect each other.
-pub async fn many_keys_independent<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn many_keys_independent<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let mut held = Vec::new();
@@ -284,7 +296,7 @@ pub async fn many_keys_independent<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 /// refused with [`Error::InvalidConfig`], on acquire and on extend, and
 /// leaves nothing held; the longest TTL allowed is granted and its guard
 /// behaves.
-pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn huge_durations_are_safe<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("huge");

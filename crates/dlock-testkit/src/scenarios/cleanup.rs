@@ -7,12 +7,12 @@ use dlock_core::{Error, Guard, Lock, Wait};
 use super::Ctx;
 use crate::LockFactory;
 use crate::outcome::ensure;
-use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, within};
 
 /// Dropping a guard releases the lock well before its TTL; a dropped or
 /// released guard's `lost()` resolves at once (work that follows it stops
 /// before another client can be granted the key).
-pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("drop");
     let t = ctx.timing();
@@ -42,7 +42,7 @@ pub async fn drop_releases<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// A waiting acquire that is cancelled (its future dropped) leaves no ghost
 /// waiter: after the holder releases, a third client gets the key promptly.
-pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let k = ctx.key("cancel");
     let t = ctx.timing();
@@ -87,7 +87,7 @@ pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Ou
 
 /// A mix of everything (grants, drops, cancelled waits, timeouts, expiries)
 /// leaves nothing in the namespace.
-pub async fn namespace_clean_after_use<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn namespace_clean_after_use<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     for i in 0..4 {

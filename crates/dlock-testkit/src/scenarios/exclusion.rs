@@ -10,13 +10,13 @@ use super::Ctx;
 use crate::LockFactory;
 use crate::history::{History, Op};
 use crate::outcome::ensure;
-use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, within};
 
 /// N clients x M rounds increment a non-atomic shared counter under the lock
 /// (read, yield, write) and write it through a `FenceGate`: the final count is
 /// exact and the history checker finds no overlap, no token regression and
 /// no stale write.
-pub async fn mutual_exclusion_counter<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn mutual_exclusion_counter<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     const CLIENTS: usize = 4;
     const ROUNDS: u64 = 6;
     let k = ctx.key("counter");
@@ -109,7 +109,7 @@ pub async fn mutual_exclusion_counter<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// Twenty clients racing `try_acquire` on one key: exactly one wins.
-pub async fn try_acquire_race<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn try_acquire_race<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     const CLIENTS: usize = 20;
     let k = ctx.key("race");
     let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS));
@@ -138,7 +138,7 @@ pub async fn try_acquire_race<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// A release wakes a waiter promptly: well before the holder's TTL would.
-pub async fn release_wakes_waiter<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn release_wakes_waiter<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("wake");
     let t = ctx.timing();
@@ -163,7 +163,7 @@ pub async fn release_wakes_waiter<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// Waiters are granted in the order they started waiting (FIFO backends only).
-pub async fn fifo_waiters<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn fifo_waiters<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("fifo_waiters") {
         return Ok(skipped);
     }

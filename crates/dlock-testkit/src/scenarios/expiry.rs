@@ -9,11 +9,11 @@ use dlock_core::{Error, Guard, Lock, Wait};
 use super::{Ctx, lost_or_not_held};
 use crate::LockFactory;
 use crate::outcome::ensure;
-use crate::outcome::{Failure, Outcome, Verdict, wait_until, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, wait_until, within};
 
 /// A holder whose lock expired cannot release or extend it once another
 /// client holds the key; the new holder keeps it.
-pub async fn expired_holder_cannot_release<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn expired_holder_cannot_release<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let k = ctx.key("expired");
     let t = ctx.timing();
@@ -52,7 +52,7 @@ pub async fn expired_holder_cannot_release<F: LockFactory>(ctx: Ctx<F>) -> Outco
 }
 
 /// An extend after expiry is refused and does not bring the lock back.
-pub async fn extend_after_expiry_refused<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn extend_after_expiry_refused<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("extend");
     let t = ctx.timing();
@@ -86,7 +86,7 @@ pub async fn extend_after_expiry_refused<F: LockFactory>(ctx: Ctx<F>) -> Outcome
 
 /// A holder that vanishes without releasing (crash) frees the key when its
 /// TTL runs out.
-pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("vanish");
     let t = ctx.timing();
@@ -113,7 +113,7 @@ pub async fn expiry_frees_vanished_holder<F: LockFactory>(ctx: Ctx<F>) -> Outcom
 
 /// Without auto-extend, `lost()` fires when the TTL runs out and `is_held()`
 /// turns false.
-pub async fn lost_fires_on_expiry<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn lost_fires_on_expiry<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let a = ctx.client().await?;
     let k = ctx.key("lost");
     let t = ctx.timing();
@@ -137,7 +137,7 @@ pub async fn lost_fires_on_expiry<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// With auto-extend, a short-TTL lock is kept for several TTLs.
-pub async fn auto_extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn auto_extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("watchdog");
     let t = ctx.timing();
@@ -164,7 +164,7 @@ pub async fn auto_extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 }
 
 /// An extend before expiry moves the deadline: the lock outlives its first TTL.
-pub async fn extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let k = ctx.key("extend-ok");
     let t = ctx.timing();
@@ -185,7 +185,7 @@ pub async fn extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// `with_lock` drops the closure's future and returns `Error::Lost` when the
 /// lock is lost while it runs.
-pub async fn with_lock_cancels_on_loss<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn with_lock_cancels_on_loss<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     struct SetOnDrop(Arc<AtomicBool>);
     impl Drop for SetOnDrop {
         fn drop(&mut self) {
@@ -232,7 +232,7 @@ pub async fn with_lock_cancels_on_loss<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 
 /// An extend to a *shorter* TTL is kept: `lost()` fires by the new
 /// deadline, not at the old one (`extend` resets the TTL to `ttl` from now).
-pub async fn extend_to_a_shorter_ttl_is_kept<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn extend_to_a_shorter_ttl_is_kept<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let a = ctx.client().await?;
     let k = ctx.key("shortened");
     let t = ctx.timing();
@@ -258,7 +258,7 @@ pub async fn extend_to_a_shorter_ttl_is_kept<F: LockFactory>(ctx: Ctx<F>) -> Out
 /// else still renews it, whether it was made on that runtime or on one that
 /// lives on; a guard is never left neither renewed nor told. Later guards
 /// of the same handle, made on a live runtime, are renewed.
-pub async fn lost_fires_when_the_renewing_runtime_goes<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn lost_fires_when_the_renewing_runtime_goes<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let opts = ctx.opts(t.short_ttl);

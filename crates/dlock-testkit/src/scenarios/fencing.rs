@@ -6,10 +6,10 @@ use super::Ctx;
 use crate::LockFactory;
 use crate::history::{History, Op};
 use crate::outcome::ensure;
-use crate::outcome::{Failure, Outcome, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, within};
 
 /// Grants taken in turn by three clients carry strictly increasing tokens.
-pub async fn tokens_increase_across_clients<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn tokens_increase_across_clients<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("tokens_increase_across_clients") {
         return Ok(skipped);
     }
@@ -33,7 +33,7 @@ pub async fn tokens_increase_across_clients<F: LockFactory>(ctx: Ctx<F>) -> Outc
 
 /// After a newer holder wrote through the fence, the expired holder's write
 /// is rejected.
-pub async fn fenced_stale_write_rejected<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn fenced_stale_write_rejected<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("fenced_stale_write_rejected") {
         return Ok(skipped);
     }

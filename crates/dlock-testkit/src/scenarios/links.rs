@@ -18,7 +18,7 @@ use super::{Ctx, Timing};
 use crate::LockFactory;
 use crate::launcher::Fault;
 use crate::link::Linked;
-use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, wait_until, within};
 
 /// The delay each way on a slow link: long enough that the kit sees a
 /// request's effect on the server before its reply is delivered (polling
@@ -105,7 +105,7 @@ async fn freed_by_ttl<L: Lock>(
 /// The scenario's end: whatever the client still cleans up in the
 /// background it does over the link, so the link is kept until the
 /// namespace is clean.
-async fn passed_once_clean<F: LockFactory>(ctx: &Ctx<F>, link: crate::Link) -> Outcome {
+async fn passed_once_clean<F: LockFactory>(ctx: &Ctx<F>, link: crate::Link) -> ScenarioResult {
     ctx.await_clean().await?;
     drop(link);
     Ok(Verdict::Passed)
@@ -145,7 +145,7 @@ where
 /// (before the server saw it), and one cancelled after the server granted it
 /// but before the reply arrived, leave no lock held: each key is free again
 /// well before its TTL.
-pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("cancelled_acquire_in_flight_leaves_nothing") {
         return Ok(skipped);
     }
@@ -221,7 +221,7 @@ pub async fn cancelled_acquire_in_flight_leaves_nothing<F: LockFactory>(ctx: Ctx
 /// reply is lost (silent once the server has done it) is never reported as
 /// `Ok(())` unless the lock is really gone, nor as `NotHeld`; once the link
 /// heals, the key is free within its TTL at the latest.
-pub async fn failed_release_is_not_ok<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn failed_release_is_not_ok<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("failed_release_is_not_ok") {
         return Ok(skipped);
     }
@@ -283,7 +283,7 @@ pub async fn failed_release_is_not_ok<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
 /// `release` — never `Ok(None)` (a held key), `Timeout` (a wait that ran
 /// out) or `Ok(())` (a release that happened). The lock nobody could release
 /// is free by its TTL at the latest once the link heals.
-pub async fn unreachable_backend_is_unavailable<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn unreachable_backend_is_unavailable<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("unreachable_backend_is_unavailable") {
         return Ok(skipped);
     }
@@ -350,7 +350,7 @@ pub async fn unreachable_backend_is_unavailable<F: LockFactory>(ctx: Ctx<F>) -> 
 /// the local deadline — at the latest one TTL after the link went silent,
 /// since no renewal sent after that is answered — and `is_held()` is false
 /// from that deadline on.
-pub async fn dead_link_fires_lost_in_time<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn dead_link_fires_lost_in_time<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     if let Some(skipped) = ctx.skipped("dead_link_fires_lost_in_time") {
         return Ok(skipped);
     }

@@ -7,7 +7,7 @@ use dlock_core::{Error, Fencing, Guard, Lock, Wait};
 
 use super::Ctx;
 use crate::LockFactory;
-use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, wait_until, within};
 
 /// A set with one name held elsewhere is refused and leaves the other names
 /// free; a waiting set holds its names in name order (the first while the
@@ -15,7 +15,7 @@ use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
 /// deadlocking) and is granted when the held name is released; the granted
 /// set excludes others from every name, carries a token per name, and its
 /// release frees them all.
-pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let (k1, k2, k3) = (ctx.key("many-1"), ctx.key("many-2"), ctx.key("many-3"));
@@ -100,7 +100,7 @@ pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Outco
 
 /// A set held without auto-extend is `lost()` at its TTL, is then no
 /// longer held, and its names go to another client.
-pub async fn acquire_all_is_lost_with_its_ttl<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn acquire_all_is_lost_with_its_ttl<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let keys = [ctx.key("many-lost-b"), ctx.key("many-lost-a")];

@@ -6,12 +6,12 @@ use dlock_core::{Error, Guard, Lock, Wait};
 
 use super::Ctx;
 use crate::LockFactory;
-use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, wait_until, within};
 
 /// Readers hold together; a writer excludes readers and writers; tokens:
 /// every grant takes the next number of the name, so a read's token lies
 /// between the writes before and after it.
-pub async fn read_write_readers_share_writers_exclude<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn read_write_readers_share_writers_exclude<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("rw");
@@ -66,7 +66,7 @@ pub async fn read_write_readers_share_writers_exclude<F: LockFactory>(ctx: Ctx<F
 
 /// A writer waiting behind a reader is not starved: readers that come
 /// after it wait too, and it is granted when the reader leaves.
-pub async fn read_write_waiting_writer_not_starved<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn read_write_waiting_writer_not_starved<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("rw-starve");
@@ -112,7 +112,7 @@ pub async fn read_write_waiting_writer_not_starved<F: LockFactory>(ctx: Ctx<F>) 
 
 /// A read held without auto-extend is lost at its TTL, and a writer
 /// waiting for it is granted then.
-pub async fn read_write_expired_reader_lets_the_writer_in<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn read_write_expired_reader_lets_the_writer_in<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("rw-expiry");

@@ -10,12 +10,12 @@ use dlock_core::{Error, Guard, Lock, Wait};
 use super::Ctx;
 use super::read_write::refused;
 use crate::LockFactory;
-use crate::outcome::{Failure, Outcome, Verdict, ensure, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, within};
 
 /// `limit` permits hold together and one more is refused; a holder of two
 /// counts twice; a released permit goes to the waiter; bad counts are
 /// refused with a clear error.
-pub async fn semaphore_admits_up_to_its_limit<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn semaphore_admits_up_to_its_limit<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     const LIMIT: u32 = 3;
     let mut clients = Vec::new();
     for _ in 0..=LIMIT {
@@ -91,7 +91,7 @@ pub async fn semaphore_admits_up_to_its_limit<F: LockFactory>(ctx: Ctx<F>) -> Ou
 
 /// Clients contending for a semaphore's permits never hold more than its
 /// limit at once (each holder counts itself in and out around its hold).
-pub async fn semaphore_never_over_admits<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn semaphore_never_over_admits<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     const LIMIT: u32 = 2;
     const CLIENTS: usize = 4;
     const ROUNDS: usize = 8;
@@ -131,7 +131,7 @@ pub async fn semaphore_never_over_admits<F: LockFactory>(ctx: Ctx<F>) -> Outcome
 
 /// A permit held without auto-extend is lost at its TTL, and the permit
 /// goes to a waiter.
-pub async fn semaphore_expired_permit_passes_on<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn semaphore_expired_permit_passes_on<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let t = ctx.timing();
     let k = ctx.key("sem-expiry");
@@ -163,7 +163,7 @@ pub async fn semaphore_expired_permit_passes_on<F: LockFactory>(ctx: Ctx<F>) -> 
 
 /// A backend that does not offer a primitive says so with
 /// [`Error::Unsupported`], naming it.
-pub async fn unoffered_primitives_are_refused<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn unoffered_primitives_are_refused<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let a = ctx.client().await?;
     let t = ctx.timing();
     let k = ctx.key("unoffered");

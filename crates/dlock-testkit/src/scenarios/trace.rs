@@ -4,7 +4,7 @@ use dlock_core::{Error, Guard, Lock, Wait};
 
 use super::Ctx;
 use crate::LockFactory;
-use crate::outcome::{Failure, Outcome, Verdict, ensure, wait_until, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, wait_until, within};
 use crate::trace::{Capture, Captured};
 
 /// The driver reports a lock's life with dlock's names: an `acquire` span
@@ -12,7 +12,7 @@ use crate::trace::{Capture, Captured};
 /// `queued`, `timed out` and `acquire cancelled`; `released` with the token;
 /// `lost` with one of the [`why`](dlock_core::trace::why) texts when a
 /// guard without auto-extend runs out of its TTL.
-pub async fn reports_through_tracing<F: LockFactory>(ctx: Ctx<F>) -> Outcome {
+pub async fn reports_through_tracing<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
     let capture = Capture::start(ctx.namespace()).map_err(Failure)?;
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let backend = a.backend();
