@@ -310,12 +310,11 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// Read-only; safe to drop at any point.
     fn holders(&self, key: &LockKey) -> impl Future<Output = Result<Vec<crate::Holder>>> + Send {
         let _ = key;
-        let e = Error::Unsupported {
-            backend: self.backend(),
-            what: "listing holders",
-            why: "the driver cannot tell who holds a name",
-        };
-        async move { Err(e) }
+        unsupported(
+            self.backend(),
+            "listing holders",
+            "the driver cannot tell who holds a name",
+        )
     }
 
     /// The names in use that start with `prefix` (a plain string prefix of
@@ -350,12 +349,11 @@ pub trait Lock: Clone + Send + Sync + 'static {
     /// Read-only; safe to drop at any point.
     fn keys_in_use(&self, prefix: &str) -> impl Future<Output = Result<Vec<String>>> + Send {
         let _ = prefix;
-        let e = Error::Unsupported {
-            backend: self.backend(),
-            what: "listing the names in use",
-            why: "the driver cannot list names",
-        };
-        async move { Err(e) }
+        unsupported(
+            self.backend(),
+            "listing the names in use",
+            "the driver cannot list names",
+        )
     }
 
     /// The first holder [`holders`](Self::holders) lists (of a name used
@@ -491,6 +489,15 @@ pub trait Lock: Clone + Send + Sync + 'static {
             }
         }
     }
+}
+
+/// What a provided operator view answers where the driver offers none.
+fn unsupported<T: Send>(
+    backend: &'static str,
+    what: &'static str,
+    why: &'static str,
+) -> impl Future<Output = Result<T>> + Send {
+    std::future::ready(Err(Error::Unsupported { backend, what, why }))
 }
 
 /// What [`Lock::acquire_all`] does unless a driver overrides it: every key

@@ -131,6 +131,27 @@ mod tests {
             );
         }
     }
+
+    /// Each driver's errors name it (`dlock-redis` and `dlock-redlock`
+    /// call this with their own name).
+    #[test]
+    fn fred_errors_name_the_driver() {
+        use fred::error::{Error as F, ErrorKind as K};
+        for backend in ["redis", "redlock"] {
+            match map_err(backend, F::new(K::IO, "connection reset")) {
+                Error::Unavailable { backend: named, .. } => assert_eq!(named, backend),
+                other => panic!("{other:?}"),
+            }
+            match map_err(backend, F::new(K::Unknown, "ERR odd reply")) {
+                Error::Backend { backend: named, .. } => assert_eq!(named, backend),
+                other => panic!("{other:?}"),
+            }
+            match map_err(backend, F::new(K::Url, "bad url")) {
+                Error::InvalidConfig(why) => assert!(why.starts_with(backend), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
 
 /// The examples of this crate's README, compiled and run as doctests.

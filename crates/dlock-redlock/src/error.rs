@@ -10,21 +10,3 @@ pub(crate) const BACKEND: &str = "redlock";
 pub(crate) fn map_err(e: fred::error::Error) -> Error {
     dlock_redis_protocol::map_err(BACKEND, e)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fred::error::{Error as FredError, ErrorKind};
-
-    #[test]
-    fn errors_name_this_backend_and_keep_their_kind() {
-        match map_err(FredError::new(ErrorKind::Timeout, "Request timed out.")) {
-            Error::Unavailable { backend, .. } => assert_eq!(backend, BACKEND),
-            other => panic!("{other:?}"),
-        }
-        match map_err(FredError::new(ErrorKind::Url, "bad url")) {
-            Error::InvalidConfig(why) => assert!(why.starts_with(BACKEND), "{why}"),
-            other => panic!("{other:?}"),
-        }
-    }
-}

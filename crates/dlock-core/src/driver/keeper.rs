@@ -356,6 +356,25 @@ mod tests {
     use crate::driver::{Drift, Refusal};
     use std::sync::atomic::AtomicU32;
 
+    /// A renewal the server always confirms.
+    fn ok() -> Renew {
+        Box::new(|| Box::pin(async { Ok(Ok(())) }))
+    }
+
+    /// The same, counting itself in `n`.
+    fn counted(n: Arc<AtomicU32>) -> Renew {
+        Box::new(move || {
+            n.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(Ok(())) })
+        })
+    }
+
+    /// `keeper` keeps `v` (granted now for `ttl`), renewed by `renew`, on
+    /// a handle never abandoned.
+    fn keep_now(keeper: &Keeper, v: Arc<Validity>, ttl: Duration, auto_extend: bool, renew: Renew) -> Kept {
+        keeper.keep(v, ttl, auto_extend, Instant::now(), renew, || false)
+    }
+
     fn validity(ttl: Duration) -> (Arc<Validity>, crate::LostSignal) {
         Validity::of_key(
             "test",
@@ -384,17 +403,7 @@ mod tests {
         let keep = |keeper: &Keeper, ttl: Duration| {
             let (v, lost) = validity(ttl);
             let n = Arc::clone(&renewals);
-            let kept = keeper.keep(
-                Arc::clone(&v),
-                ttl,
-                true,
-                Instant::now(),
-                Box::new(move || {
-                    n.fetch_add(1, Ordering::SeqCst);
-                    Box::pin(async { Ok(Ok(())) })
-                }),
-                || false,
-            );
+            let kept = keep_now(keeper, Arc::clone(&v), ttl, true, counted(n));
             (kept, lost, v)
         };
         let short_lived = tokio::runtime::Builder::new_current_thread()
@@ -445,37 +454,19 @@ mod tests {
         for _ in 0..50 {
             let (v, lost) = validity(ttl);
             let n = Arc::clone(&renewals);
-            kept.push(keeper.keep(
-                v,
-                ttl,
-                true,
-                Instant::now(),
-                Box::new(move || {
-                    n.fetch_add(1, Ordering::SeqCst);
-                    Box::pin(async { Ok(Ok(())) })
-                }),
-                || false,
-            ));
+            kept.push(keep_now(&keeper, v, ttl, true, counted(n)));
             signals.push(lost);
         }
         let (refused, refused_lost) = validity(ttl);
-        let _kept_refused = keeper.keep(
+        let _kept_refused = keep_now(
+            &keeper,
             refused,
             ttl,
             true,
-            Instant::now(),
             Box::new(|| Box::pin(async { Ok(Err(Refusal::HeldByOther)) })),
-            || false,
         );
         let (short, short_lost) = validity(ttl);
-        let _kept_short = keeper.keep(
-            short,
-            ttl,
-            false,
-            Instant::now(),
-            Box::new(|| Box::pin(async { Ok(Ok(())) })),
-            || false,
-        );
+        let _kept_short = keep_now(&keeper, short, ttl, false, ok());
         assert!(
             tokio::runtime::Handle::current().metrics().num_alive_tasks() <= tasks_before + 1,
             "more than one task for 52 guards"
@@ -529,18 +520,7 @@ mod tests {
         let long = Duration::from_secs(60);
         let keep = |ttl: Duration, renewals: Arc<AtomicU32>| {
             let (v, lost) = validity(ttl);
-            let kept = keeper.keep(
-                v,
-                ttl,
-                true,
-                Instant::now(),
-                Box::new(move || {
-                    renewals.fetch_add(1, Ordering::SeqCst);
-                    Box::pin(async { Ok(Ok(())) })
-                }),
-                || false,
-            );
-            (kept, lost)
+            (keep_now(&keeper, v, ttl, true, counted(renewals)), lost)
         };
         let none = Arc::new(AtomicU32::new(0));
         let _first = keep(long, Arc::clone(&none));
@@ -580,14 +560,7 @@ mod tests {
         let ttl = Duration::from_millis(300);
         let outside = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let (v, _lost) = validity(ttl);
-            keeper.keep(
-                v,
-                ttl,
-                false,
-                Instant::now(),
-                Box::new(|| Box::pin(async { Ok(Ok(())) })),
-                || false,
-            )
+            keep_now(&keeper, v, ttl, false, ok())
         }));
         assert!(outside.is_err(), "kept outside a runtime");
         assert!(!keeper.shared.inbox.is_running());
@@ -599,14 +572,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let (v, lost) = validity(ttl);
-            let _kept = keeper.keep(
-                v,
-                ttl,
-                false,
-                Instant::now(),
-                Box::new(|| Box::pin(async { Ok(Ok(())) })),
-                || false,
-            );
+            let _kept = keep_now(&keeper, v, ttl, false, ok());
             tokio::time::timeout(Duration::from_secs(10), lost.wait())
                 .await
                 .expect("lost() at the deadline: a task keeps the guard");
@@ -620,14 +586,7 @@ mod tests {
         let before = tasks();
         let keeper = Keeper::new();
         let (v, _lost) = validity(Duration::from_secs(60));
-        let kept = keeper.keep(
-            v,
-            Duration::from_secs(60),
-            true,
-            Instant::now(),
-            Box::new(|| Box::pin(async { Ok(Ok(())) })),
-            || false,
-        );
+        let kept = keep_now(&keeper, v, Duration::from_secs(60), true, ok());
         assert_eq!(tasks(), before + 1);
         drop(keeper);
         tokio::task::yield_now().await;
@@ -649,25 +608,11 @@ mod tests {
         // Kept first: if a huge entry killed the task, nobody would lose it.
         let ttl = Duration::from_millis(300);
         let (v, lost) = validity(ttl);
-        let _short = keeper.keep(
-            Arc::clone(&v),
-            ttl,
-            false,
-            Instant::now(),
-            Box::new(|| Box::pin(async { Ok(Ok(())) })),
-            || false,
-        );
+        let _short = keep_now(&keeper, Arc::clone(&v), ttl, false, ok());
         let mut kept = Vec::new();
         for auto_extend in [true, false] {
             let (v, huge_lost) = validity(Duration::MAX);
-            kept.push(keeper.keep(
-                v,
-                Duration::MAX,
-                auto_extend,
-                Instant::now(),
-                Box::new(|| Box::pin(async { Ok(Ok(())) })),
-                || false,
-            ));
+            kept.push(keep_now(&keeper, v, Duration::MAX, auto_extend, ok()));
             assert!(!huge_lost.is_lost());
         }
         tokio::time::timeout(Duration::from_secs(10), lost.wait())
@@ -683,14 +628,7 @@ mod tests {
     async fn a_deadline_moved_earlier_is_kept() {
         let keeper = Keeper::new();
         let (v, lost) = validity(Duration::from_secs(60));
-        let kept = keeper.keep(
-            Arc::clone(&v),
-            Duration::from_secs(60),
-            false,
-            Instant::now(),
-            Box::new(|| Box::pin(async { Ok(Ok(())) })),
-            || false,
-        );
+        let kept = keep_now(&keeper, Arc::clone(&v), Duration::from_secs(60), false, ok());
         v.renewed(Instant::now(), Duration::from_millis(200));
         kept.moved();
         tokio::time::timeout(Duration::from_secs(10), lost.wait())
