@@ -35,26 +35,19 @@ async fn notice<T>(what: &str, event: impl std::future::Future<Output = T>) -> R
 /// `client`), at most [`NOTICE_WITHIN`].
 async fn subscribed(client: &Fred, channel: &str) -> Result<(), String> {
     use fred::prelude::PubsubInterface;
-    let deadline = std::time::Instant::now() + NOTICE_WITHIN;
-    loop {
+    dlock_testkit::wait_until(NOTICE_WITHIN, "the subscription to take", || async {
         // The reply is flat: channel, count, channel, count...
         let reply: Vec<fred::types::Value> = client
             .pubsub_numsub(channel)
             .await
-            .map_err(|e| format!("PUBSUB NUMSUB {channel}: {e}"))?;
-        if reply.chunks(2).any(|pair| {
+            .map_err(|e| dlock_testkit::Failure(format!("PUBSUB NUMSUB {channel}: {e}")))?;
+        Ok(reply.chunks(2).any(|pair| {
             pair[0].as_str().as_deref() == Some(channel)
                 && pair.get(1).and_then(fred::types::Value::as_u64) > Some(0)
-        }) {
-            return Ok(());
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(format!(
-                "the subscription to {channel} did not take within {NOTICE_WITHIN:?}"
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
+        }))
+    })
+    .await
+    .map_err(|e| format!("{channel}: {e}"))
 }
 
 /// A raw client of one backend.

@@ -492,19 +492,16 @@ impl Lock for MemLock {
     /// Done at once (nothing is awaited).
     async fn keys_in_use(&self, prefix: &str) -> Result<Vec<String>> {
         self.check_up()?;
-        let mut names: Vec<String> = self
-            .server
-            .state()
-            .keys
-            .iter()
-            .filter(|((_, k), e)| {
-                k.as_str().starts_with(prefix) && (!e.holders.is_empty() || !e.waiters.is_empty())
-            })
-            .map(|((_, k), _)| k.as_str().to_owned())
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+        Ok(crate::driver::names(
+            self.server
+                .state()
+                .keys
+                .iter()
+                .filter(|((_, k), e)| {
+                    k.as_str().starts_with(prefix) && (!e.holders.is_empty() || !e.waiters.is_empty())
+                })
+                .map(|((_, k), _)| k.as_str()),
+        ))
     }
 
     /// See [`Lock::holders`]: the live holders of the name's mutex, then
