@@ -72,14 +72,33 @@ impl std::error::Error for QuorumError {}
 
 /// Classifies a fred error for one node.
 pub(crate) fn node_failure(e: &fred::error::Error) -> NodeFailure {
+    if *e.kind() == fred::error::ErrorKind::Timeout {
+        return NodeFailure::Timeout;
+    }
     match crate::error::map_err(e.clone()) {
         dlock_core::Error::Unavailable { .. } => NodeFailure::Unreachable(e.details().to_owned()),
         _ => NodeFailure::Error(e.details().to_owned()),
     }
 }
 
-/// Runs `request(i)` for every node `i` in `0..nodes` at once, each bounded
-/// by `timeout`.
+/// How long the fan-out waits for a request that fred has not ended: fred's
+/// own time-out (the node time-out, set as each client's command time-out)
+/// ends every command, and only it marks the command so that fred never
+/// writes it later. A command still queued while fred reconnects is written
+/// once the node is back unless marked, so a fan-out that gave up first
+/// (same figure, started a moment earlier) left an acquire to take its key
+/// after an outage, for the whole TTL. The fan-out's own bound is a backstop
+/// past the three commands a script call can be (`EVALSHA`, `SCRIPT LOAD`,
+/// `EVALSHA`), so fred's time-out is always the one that fires.
+pub(crate) fn backstop(timeout: Duration) -> Duration {
+    timeout
+        .saturating_mul(3)
+        .saturating_add(Duration::from_millis(10))
+}
+
+/// Runs `request(i)` for every node `i` in `0..nodes` at once, each ended by
+/// fred's node time-out `timeout` (a silent node costs that much), with
+/// [`backstop`] as the fan-out's own bound.
 pub(crate) async fn fan_out<T, F, Fut>(
     nodes: usize,
     timeout: Duration,
@@ -92,7 +111,7 @@ where
     join_all((0..nodes).map(|i| {
         let call = request(i);
         async move {
-            match tokio::time::timeout(timeout, call).await {
+            match tokio::time::timeout(backstop(timeout), call).await {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => Err(node_failure(&e)),
                 Err(_) => Err(NodeFailure::Timeout),
@@ -102,7 +121,7 @@ where
     .await
 }
 
-/// As [`fan_out`], but returns as soon as `needed` replies satisfy `yes`:
+/// As [`fan_out`] (same bounds), but returns as soon as `needed` replies satisfy `yes`:
 /// the slowest nodes do not hold up a grant a quorum already gave (a
 /// delayed or silent node costs nothing then). Requests still in flight are
 /// dropped, not recalled: each was already handed to its node's connection,
@@ -124,7 +143,7 @@ where
         .map(|i| {
             let call = request(i);
             async move {
-                let r = match tokio::time::timeout(timeout, call).await {
+                let r = match tokio::time::timeout(backstop(timeout), call).await {
                     Ok(Ok(v)) => Ok(v),
                     Ok(Err(e)) => Err(node_failure(&e)),
                     Err(_) => Err(NodeFailure::Timeout),

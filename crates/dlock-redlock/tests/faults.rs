@@ -589,3 +589,68 @@ async fn connections_close_with_the_last_user() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A request the handle gave up on while every node was out of reach is
+/// never sent once the nodes are back. fred queues commands while it
+/// reconnects and writes them when it is connected again, unless its own
+/// timeout marked them: an acquire script cut by anything else (a time-out
+/// of the driver's that fired first) took its key, for the whole TTL, after
+/// the outage — long after the attempt's give-back had stopped retrying (the
+/// kit's `unreachable_backend_is_unavailable` found such a key left behind
+/// in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_during_an_outage_is_not_sent_when_the_nodes_return() {
+    let nodes = Nodes::start().await;
+    let mut config = nodes.config();
+    // Many attempts in a short outage, each cut at the node time-out.
+    config.request_timeout = Duration::from_millis(20);
+    let lock = Redlock::connect(config).await.unwrap();
+    await_connected(&lock, &[true; 5]).await;
+    let opts = AcquireOptions::default()
+        .ttl(Duration::from_secs(60))
+        .wait(Wait::No);
+    // The scripts loaded on every node, as on any node in use (a script
+    // unknown to a node is sent again by a caller, not by the queue).
+    let probe = key("outage/probe");
+    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
+    for p in &nodes.proxies {
+        p.set(Fault::Reset);
+    }
+    let mut keys = Vec::new();
+    let mut last = Instant::now();
+    for i in 0..40 {
+        let k = key(&format!("outage/{i}"));
+        let r = tokio::time::timeout(LIMIT, lock.acquire(&k, opts)).await.unwrap();
+        assert!(
+            matches!(r, Err(Error::Unavailable { .. })),
+            "attempt {i} in an outage: {r:?}"
+        );
+        keys.push(lock.redis_key(&k));
+        last = Instant::now();
+    }
+    // A failed attempt gives back in the background for a second at most:
+    // past that, only a request sent late could take a key.
+    tokio::time::sleep_until((last + Duration::from_millis(1500)).into()).await;
+    for p in &nodes.proxies {
+        p.set(Fault::None);
+    }
+    await_connected(&lock, &[true; 5]).await;
+    // A release waits for every node's answer, and each node's connection
+    // writes in order: anything kept back was written before it.
+    let g = tokio::time::timeout(LIMIT, lock.acquire(&probe, opts.wait(Wait::For(LIMIT))))
+        .await
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    let mut taken = Vec::new();
+    for k in &keys {
+        let n = nodes.holders(k).await;
+        if n > 0 {
+            taken.push(format!("{k} on {n} nodes"));
+        }
+    }
+    assert!(
+        taken.is_empty(),
+        "taken after the outage by requests given up during it: {taken:?}"
+    );
+}

@@ -78,6 +78,7 @@ macro_rules! __with_scenarios {
             failed_release_is_not_ok,
             unreachable_backend_is_unavailable,
             dead_link_fires_lost_in_time,
+            cancelled_on_a_dead_link_is_not_replayed,
             reports_through_tracing,
         }
     };
@@ -303,6 +304,7 @@ where
 ///     unreachable_backend_is_unavailable,
 ///     failed_release_is_not_ok,
 ///     dead_link_fires_lost_in_time,
+///     cancelled_on_a_dead_link_is_not_replayed,
 /// ]);
 /// # fn main() {}
 /// ```

@@ -10,5 +10,6 @@ dlock_testkit::conformance_tests!(factory, skip: [
     unreachable_backend_is_unavailable,
     failed_release_is_not_ok,
     dead_link_fires_lost_in_time,
+    cancelled_on_a_dead_link_is_not_replayed,
     unoffered_primitives_are_refused,
 ]);

@@ -380,3 +380,60 @@ pub async fn dead_link_fires_lost_in_time<F: LockFactory>(ctx: Ctx<F>) -> Scenar
     link.heal();
     passed_once_clean(&ctx, link).await
 }
+
+/// Requests cancelled while the backend is out of reach are not sent once
+/// it is back: a `try_acquire` or an `acquire` dropped on a reset link,
+/// before the driver's own request timeout, must not take its key when the
+/// client reconnects (a client that queues requests while it reconnects and
+/// writes them later takes a lock nobody holds, until its TTL).
+pub async fn cancelled_on_a_dead_link_is_not_replayed<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResult {
+    if let Some(skipped) = ctx.skipped("cancelled_on_a_dead_link_is_not_replayed") {
+        return Ok(skipped);
+    }
+    let Linked { lock: a, link } = ctx.linked_client().await?;
+    let b = ctx.client().await?;
+    let t = ctx.timing();
+    // Open whatever the client opens lazily (a session) before the reset.
+    let probe = ctx.key("replay/probe");
+    a.acquire(&probe, ctx.opts(t.long_ttl)).await?.release().await?;
+    link.set(Fault::Reset);
+    // One request that runs its course, so the client has seen the reset.
+    let r = within(bound(t), "try_acquire over a reset link", async {
+        a.try_acquire(&probe, ctx.opts(t.long_ttl))
+            .await
+            .map(|g| g.is_some())
+    })
+    .await?;
+    unavailable("try_acquire over a reset link", r, None)?;
+    let mut keys = Vec::new();
+    for (i, cut) in [1u64, 5, 20].into_iter().enumerate() {
+        let cut = Duration::from_millis(cut);
+        let k = ctx.key(&format!("replay/try/{i}"));
+        let _ = tokio::time::timeout(cut, a.try_acquire(&k, ctx.opts(t.long_ttl))).await;
+        keys.push(k);
+        let k = ctx.key(&format!("replay/acquire/{i}"));
+        let _ = tokio::time::timeout(cut, a.acquire(&k, ctx.opts(t.long_ttl))).await;
+        keys.push(k);
+    }
+    link.heal();
+    // The client is back once it can take a key again; a request it kept
+    // back would have gone out by then (on the same connection, first).
+    wait_until(t.prompt, "the client back after the link healed", || async {
+        match a.try_acquire(&probe, ctx.opts(t.long_ttl)).await {
+            Ok(Some(g)) => {
+                g.release().await?;
+                Ok(true)
+            }
+            Ok(None) | Err(Error::Unavailable { .. }) => Ok(false),
+            Err(e) => Err(Failure(format!("try_acquire after the link healed: {e:?}"))),
+        }
+    })
+    .await?;
+    for k in &keys {
+        ensure!(
+            free(&ctx, &b, k).await?,
+            "{k} is held after the link healed: a request cancelled while the backend was out of reach was sent once it was back"
+        );
+    }
+    passed_once_clean(&ctx, link).await
+}

@@ -219,11 +219,12 @@ pub(super) fn lost_or_not_held(e: &Error) -> bool {
 
 /// The scenarios that need a [`Link`](crate::Link): skipped for factories
 /// that break no links.
-pub const LINK_SCENARIOS: [&str; 4] = [
+pub const LINK_SCENARIOS: [&str; 5] = [
     "cancelled_acquire_in_flight_leaves_nothing",
     "unreachable_backend_is_unavailable",
     "failed_release_is_not_ok",
     "dead_link_fires_lost_in_time",
+    "cancelled_on_a_dead_link_is_not_replayed",
 ];
 
 /// Why the scenario `name` does not apply to a backend with `caps` (whose
