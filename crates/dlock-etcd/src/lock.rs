@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::driver::endpoint_of;
 use dlock_core::{
-    AcquireOptions, Capabilities, Claim, Error, Fencing, Holder, Lock, LockKey, Result, Unreachable, Wait,
-    Waiting,
+    AcquireOptions, Capabilities, Claim, Error, Fencing, Holder, Lock, LockKey, Result, Unreachable, Waiting,
 };
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 
@@ -16,7 +15,7 @@ use crate::error::{BACKEND, is_lease_gone, map_err};
 use crate::guard::{EtcdGuard, resign_in_background};
 use crate::protocol::{self, Conn, Contender};
 use crate::session::{MIN_TTL, Session, lease_seconds};
-use dlock_core::driver::OnDrop;
+use dlock_core::driver::{OnDrop, queue};
 
 /// The HTTP/2 ping interval on the connection to etcd while streams are
 /// open (dead-connection detection: a silent member is given up after this
@@ -449,24 +448,20 @@ impl EtcdLock {
         *cleanup.state_mut() = Some(my_rev);
         // A semaphore key may hold with others before it.
         let first = first || protocol::permits_fit_now(client, &waits_on, my_rev, how, timeout).await?;
-        if !first {
-            if opts.wait != Wait::No {
-                dlock_core::trace::queued();
-            }
-            if opts.wait == Wait::No {
-                return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await);
-            }
-            let in_line = wait_in_line(client, how, &waits_on, &my_key, my_rev, timeout, &session);
-            let survived = match dlock_core::driver::within_wait(opts.wait, started, in_line).await {
-                Some(r) => r?,
-                None => return Err(timed_out(&self.inner.conn, cleanup, &my_key, my_rev, key).await),
-            };
-            // etcd #11456: only a key that survived the wait may take the lock.
-            if !survived || !session.is_alive() {
-                return Err(Error::Lost {
-                    key: key.as_str().to_owned(),
-                });
-            }
+        let place = Contending {
+            conn: &self.inner.conn,
+            how,
+            waits_on: &waits_on,
+            my_key: &my_key,
+            my_rev,
+            session: &session,
+        };
+        let cleanup = queue::wait_turn(&place, key, first, opts.wait, started, cleanup).await?;
+        // etcd #11456: only a key that survived the wait may take the lock.
+        if !first && !session.is_alive() {
+            return Err(Error::Lost {
+                key: key.as_str().to_owned(),
+            });
         }
         if !opts.auto_extend {
             // Our TTL from the grant: one keep-alive now if we waited (the
@@ -497,50 +492,44 @@ impl EtcdLock {
     }
 }
 
-/// Waits for our predecessors to go, or for our own lease to end (then our
-/// key is gone: `Ok(false)`, whatever the predecessors do).
-async fn wait_in_line(
-    client: &Client,
+/// Our contender key in the queue under `waits_on`.
+struct Contending<'a> {
+    conn: &'a Conn,
     how: Contender,
-    pfx: &str,
-    my_key: &str,
+    waits_on: &'a str,
+    my_key: &'a str,
     my_rev: i64,
-    timeout: Duration,
-    session: &Session,
-) -> Result<bool> {
-    let ended = session.lost();
-    // Boxed: the acquire future stays small (a debug build's test
-    // thread has a 2 MiB stack).
-    let waited = Box::pin(async {
-        match how {
-            Contender::Permits { count, limit } => {
-                protocol::wait_for_permits(client, pfx, my_key, my_rev, count, limit, timeout).await
-            }
-            _ => protocol::wait_for_predecessors(client, pfx, my_key, my_rev, timeout).await,
-        }
-    });
-    tokio::select! {
-        r = waited => r,
-        () = ended.wait() => Ok(false),
-    }
+    session: &'a Session,
 }
 
-/// Out of time: our key goes at once if it can; if that fails, the
-/// clean-up (dropped armed) retries in the background.
-async fn timed_out<F: FnOnce(Option<i64>)>(
-    conn: &Conn,
-    cleanup: OnDrop<Option<i64>, F>,
-    my_key: &str,
-    my_rev: i64,
-    key: &LockKey,
-) -> Error {
-    if protocol::resign(&conn.client, my_key, my_rev, conn.timeout)
-        .await
-        .is_ok()
-    {
-        cleanup.disarm();
+impl queue::Place for Contending<'_> {
+    /// Waits for our predecessors to go, or for our own lease to end (then
+    /// our key is gone: `Ok(false)`, whatever the predecessors do).
+    async fn wait_turn(&self) -> Result<bool> {
+        dlock_core::trace::queued();
+        let ended = self.session.lost();
+        let (client, timeout) = (&self.conn.client, self.conn.timeout);
+        let (pfx, my_key, my_rev) = (self.waits_on, self.my_key, self.my_rev);
+        // Boxed: the acquire future stays small (a debug build's test
+        // thread has a 2 MiB stack).
+        let waited = Box::pin(async move {
+            match self.how {
+                Contender::Permits { count, limit } => {
+                    protocol::wait_for_permits(client, pfx, my_key, my_rev, count, limit, timeout).await
+                }
+                _ => protocol::wait_for_predecessors(client, pfx, my_key, my_rev, timeout).await,
+            }
+        });
+        tokio::select! {
+            r = waited => r,
+            () = ended.wait() => Ok(false),
+        }
     }
-    Error::Timeout {
-        key: key.as_str().to_owned(),
+
+    /// Deletes our key if it is still the one we wrote.
+    async fn withdraw(&self) -> Result<()> {
+        protocol::resign(&self.conn.client, self.my_key, self.my_rev, self.conn.timeout)
+            .await
+            .map(drop)
     }
 }

@@ -14,7 +14,7 @@ use crate::error::BACKEND;
 use crate::guard::ZkGuard;
 use crate::protocol::{self, Recipe};
 use crate::session::{Session, delete_in_background};
-use dlock_core::driver::OnDrop;
+use dlock_core::driver::{OnDrop, queue};
 
 /// A lock backend on ZooKeeper. Cheap to clone (clones share the session).
 ///
@@ -218,21 +218,38 @@ fn delete_own_in_background(session: &Arc<Session>, dir: String, uuid: String) {
     );
 }
 
-/// Out of time: our node goes at once if it can; if that fails the clean-up
-/// (dropped armed) retries in the background (a node left on a live session
-/// would block the lock for good).
-async fn timed_out<T, F: FnOnce(T)>(
-    client: &zookeeper_client::Client,
-    path: &str,
+/// Our sequential node in the queue of `dir`.
+struct Node<'a> {
+    client: &'a zookeeper_client::Client,
+    recipe: Recipe,
+    dir: &'a str,
+    name: &'a str,
+    path: &'a str,
+    key: &'a str,
     timeout: std::time::Duration,
-    cleanup: OnDrop<T, F>,
-    key: &LockKey,
-) -> Error {
-    if protocol::delete(client, path, timeout).await.is_ok() {
-        cleanup.disarm();
+}
+
+impl queue::Place for Node<'_> {
+    /// Waits until our node comes first (by the recipe's rule), watching
+    /// the node before it.
+    async fn wait_turn(&self) -> Result<bool> {
+        protocol::wait_first(
+            self.client,
+            self.recipe,
+            self.dir,
+            self.name,
+            self.key,
+            self.timeout,
+        )
+        .await
+        .map(|_| true)
     }
-    Error::Timeout {
-        key: key.as_str().to_owned(),
+
+    /// Deletes our node.
+    async fn withdraw(&self) -> Result<()> {
+        protocol::delete(self.client, self.path, self.timeout)
+            .await
+            .map(drop)
     }
 }
 
@@ -602,28 +619,33 @@ impl ZkLock {
         session.answered(sent);
         *cleanup.state_mut() = Some(name.clone());
         let path = format!("{dir}/{name}");
-        let waited = match opts.wait {
+        // Without a wait, one look at the queue says whether we hold;
+        // with one, the recipe's wait looks first.
+        let first = match opts.wait {
             Wait::No => match protocol::place(&client, recipe, &dir, &name, timeout).await? {
-                protocol::Place::First => Ok(sent),
-                protocol::Place::Gone => Err(Error::Lost {
-                    key: key.as_str().to_owned(),
-                }),
-                protocol::Place::After(_) => {
-                    return Err(timed_out(&client, &path, timeout, cleanup, key).await);
+                protocol::Place::First => true,
+                protocol::Place::Gone => {
+                    return Err(Error::Lost {
+                        key: key.as_str().to_owned(),
+                    });
                 }
+                protocol::Place::After(_) => false,
             },
-            wait => {
-                let first = protocol::wait_first(&client, recipe, &dir, &name, key.as_str(), timeout);
-                match dlock_core::driver::within_wait(wait, started, first).await {
-                    Some(r) => r,
-                    None => return Err(timed_out(&client, &path, timeout, cleanup, key).await),
-                }
-            }
+            _ => false,
         };
+        let node = Node {
+            client: &client,
+            recipe,
+            dir: &dir,
+            name: &name,
+            path: &path,
+            key: key.as_str(),
+            timeout,
+        };
+        let cleanup = queue::wait_turn(&node, key, first, opts.wait, started, cleanup).await?;
         // Only writes and syncs (answered through the leader) move the
         // session's deadline; the create did, above. A read answered by a
         // member cut off from its leader proves nothing.
-        waited?;
         if !session.alive() {
             return Err(Error::Lost {
                 key: key.as_str().to_owned(),

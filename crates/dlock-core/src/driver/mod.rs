@@ -25,6 +25,9 @@
 //!   timed-out acquire), with one retry policy; [`spawn_detached`] for a
 //!   single detached request (a revoke, an unsubscribe); [`OnDrop`], the
 //!   armed drop guard that starts one when a call ends early.
+//! - [`queue`]: the queue recipe etcd and ZooKeeper share (wait for the
+//!   predecessors within the caller's wait, give the place back when out
+//!   of time), over a driver's [`queue::Place`].
 //! - listing: [`names`], the one shape of
 //!   [`Lock::keys_in_use`](crate::Lock::keys_in_use)'s answer.
 //! - owner: what a holder writes about itself, the one writer and
@@ -45,6 +48,7 @@ mod lease;
 mod listing;
 mod outcome;
 mod owner;
+pub mod queue;
 pub(crate) mod schedule;
 mod time;
 mod url;
