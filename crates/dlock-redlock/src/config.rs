@@ -26,7 +26,8 @@ pub struct RedlockConfig {
     /// number, at least 3. They must not replicate each other.
     pub nodes: Vec<String>,
     /// The bound on each request to each node (default 50 ms): a hung node
-    /// costs at most this, never the whole attempt.
+    /// costs at most this, never the whole attempt (a node that must first
+    /// load a script, after a restart, is asked up to three times).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     /// Retries after a failed attempt wait a random time between half of this

@@ -421,19 +421,27 @@ pub async fn cancelled_on_a_dead_link_is_not_replayed<F: LockFactory>(ctx: Ctx<F
     wait_until(t.prompt, "the client back after the link healed", || async {
         match a.try_acquire(&probe, ctx.opts(t.long_ttl)).await {
             Ok(Some(g)) => {
-                g.release().await?;
+                // Back: whatever the release says (it is freed by its TTL).
+                let _ = g.release().await;
                 Ok(true)
             }
-            Ok(None) | Err(Error::Unavailable { .. }) => Ok(false),
+            // Not back yet (a session that ended while the link was down
+            // says Lost).
+            Ok(None) | Err(Error::Unavailable { .. } | Error::Lost { .. }) => Ok(false),
             Err(e) => Err(Failure(format!("try_acquire after the link healed: {e:?}"))),
         }
     })
     .await?;
+    // A clean-up of the cancelled call may still be on its way (it retries
+    // with pauses): each key is free within the slack, far below the
+    // `long_ttl` a request sent late and left alone would hold it for.
     for k in &keys {
-        ensure!(
-            free(&ctx, &b, k).await?,
-            "{k} is held after the link healed: a request cancelled while the backend was out of reach was sent once it was back"
-        );
+        wait_until(
+            t.slack,
+            &format!("{k} free after the link healed (a request cancelled while the backend was out of reach was sent once it was back, and nothing gave it back)"),
+            || free(&ctx, &b, k),
+        )
+        .await?;
     }
     passed_once_clean(&ctx, link).await
 }
