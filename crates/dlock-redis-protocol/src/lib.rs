@@ -17,6 +17,7 @@ pub mod calls;
 pub mod notices;
 pub mod scripts;
 
+use std::future::Future;
 use std::time::Duration;
 
 use dlock_core::driver::{Outcome, Refusal};
@@ -84,6 +85,35 @@ fn is_connection_failure(details: &str) -> bool {
     ]
     .iter()
     .any(|m| d.contains(m))
+}
+
+/// Runs a request as a task of its own, so that only fred's own time-out
+/// ends it: a caller that stops waiting (a cancelled acquire, a quorum
+/// reached without this node, a bound of its own) lets go of the task, not
+/// of fred's command. fred keeps a command queued while it reconnects and
+/// writes it once the server is back unless its time-out marked it; a
+/// command future dropped before that is never marked, so an acquire cut
+/// while the server was away took its key when the server came back, for a
+/// whole TTL, after its clean-up had given up. With the command kept to
+/// the end, a clean-up's release sent after it is written after it, or
+/// both are marked (the release's time-out runs out later).
+///
+/// # Errors
+///
+/// fred's; a task that ended early (its runtime shut down, a panic) reads
+/// as fred's `Canceled`.
+pub fn to_the_end<T: Send + 'static>(
+    call: impl Future<Output = std::result::Result<T, fred::error::Error>> + Send + 'static,
+) -> impl Future<Output = std::result::Result<T, fred::error::Error>> {
+    let task = tokio::spawn(call);
+    async move {
+        task.await.unwrap_or_else(|e| {
+            Err(fred::error::Error::new(
+                fred::error::ErrorKind::Canceled,
+                format!("the request's task ended early: {e}"),
+            ))
+        })
+    }
 }
 
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and

@@ -3,14 +3,15 @@
 //! `dlock_redis_protocol`'s (shared with Redlock); here are the connection
 //! they run on, the operator reads, and the error mapping of each call.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dlock_core::driver::Outcome;
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::calls::{Family, FamilyHolder, Fenced, Scripts};
-use dlock_redis_protocol::outcome_of;
 use dlock_redis_protocol::scripts;
+use dlock_redis_protocol::{outcome_of, to_the_end};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Builder;
@@ -30,7 +31,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 pub(crate) struct Conn {
     pub(crate) client: Client,
     pub(crate) subscriber: SubscriberClient,
-    scripts: Scripts,
+    scripts: Arc<Scripts>,
     abandoned: AtomicBool,
     /// Keeps every guard of this handle, in one task.
     pub(crate) keeper: dlock_core::driver::Keeper,
@@ -92,7 +93,7 @@ impl Conn {
         let conn = Conn {
             client,
             subscriber,
-            scripts: Scripts::default(),
+            scripts: Arc::new(Scripts::default()),
             abandoned: AtomicBool::new(false),
             keeper: dlock_core::driver::Keeper::new(),
         };
@@ -119,7 +120,8 @@ impl Conn {
 
     /// One fenced attempt at `kind` (`None`: the mutex, see `ACQUIRE`;
     /// else a read, a write or permits); `waiter` (its id and window in ms)
-    /// queues it (a mutex) or marks it waiting (a write) if refused.
+    /// queues it (a mutex) or marks it waiting (a write) if refused. The
+    /// request runs [`to_the_end`], whoever stops waiting for it.
     pub(crate) async fn acquire(
         &self,
         kind: Option<Family>,
@@ -129,19 +131,27 @@ impl Conn {
         ttl: Duration,
         waiter: Option<(&str, u64)>,
     ) -> Result<Fenced> {
-        let client = &self.client;
-        match kind {
-            None => {
-                self.scripts
-                    .acquire(client, lock_key, fence_key, value, ttl, waiter)
-                    .await
+        let (client, scripts) = (self.client.clone(), Arc::clone(&self.scripts));
+        let (lock_key, fence_key, value) = (lock_key.to_owned(), fence_key.to_owned(), value.to_owned());
+        let waiter = waiter.map(|(w, window)| (w.to_owned(), window));
+        // To the end: an acquire cancelled while Redis is away is never
+        // written when it is back.
+        to_the_end(async move {
+            let waiter = waiter.as_ref().map(|(w, window)| (w.as_str(), *window));
+            match kind {
+                None => {
+                    scripts
+                        .acquire(&client, &lock_key, &fence_key, &value, ttl, waiter)
+                        .await
+                }
+                Some(f) => {
+                    scripts
+                        .acquire_family(&client, f, &lock_key, &fence_key, &value, ttl, waiter)
+                        .await
+                }
             }
-            Some(f) => {
-                self.scripts
-                    .acquire_family(client, f, lock_key, fence_key, value, ttl, waiter)
-                    .await
-            }
-        }
+        })
+        .await
         .map_err(map_err)
     }
 

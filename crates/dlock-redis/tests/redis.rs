@@ -994,3 +994,58 @@ async fn holders_list_each_permit_holder_with_its_own_token() {
     p2.release().await.unwrap();
     assert!(a.holders(&k).await.unwrap().is_empty());
 }
+
+/// An acquire cancelled while Redis is away, in an outage that outlasts
+/// its TTL and the request time-out (so its clean-up has given up), takes
+/// nothing when Redis is back: the request runs until fred's own time-out
+/// marks it, whoever stopped waiting for it (fred writes a queued command
+/// it has not marked once it has reconnected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_an_outage_takes_nothing_afterwards() {
+    use dlock_testkit::launcher::{Fault, FaultProxy};
+    let server = Redis::start().await.unwrap();
+    let link = FaultProxy::start(addr(&server)).await.unwrap();
+    let mut config = RedisConfig::from_url(format!("redis://{}", link.addr())).key_prefix("dlock:");
+    config.request_timeout = Duration::from_millis(200);
+    let lock = RedisLock::connect(config.clone()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let opts = AcquireOptions::default().ttl(ttl).wait(Wait::No);
+    // The scripts loaded, as on any server in use.
+    let probe = key("cut/probe");
+    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
+    link.set(Fault::Reset);
+    let mut keys = Vec::new();
+    let mut last = Instant::now();
+    for i in 0..10u64 {
+        let k = key(&format!("cut/{i}"));
+        // Cut before the request time-out: the caller lets go.
+        let _ = tokio::time::timeout(Duration::from_millis(1 + 3 * i), lock.acquire(&k, opts)).await;
+        keys.push(lock.redis_key(&k).unwrap());
+        last = Instant::now();
+    }
+    // The clean-ups release until each attempt's TTL has passed, and each
+    // of their requests is marked after the request time-out: past both,
+    // only a request written late could take a key.
+    let past = ttl + config.request_timeout * 3 + Duration::from_secs(1);
+    tokio::time::sleep_until((last + past).into()).await;
+    link.set(Fault::None);
+    // Requests are written in order once the client is back: anything kept
+    // back went before this probe (and holds its key for a whole TTL, far
+    // longer than the check below takes).
+    acquire_when_reachable(&lock, &probe)
+        .await
+        .release()
+        .await
+        .unwrap();
+    let mut taken = Vec::new();
+    for k in &keys {
+        let v = command(addr(&server), &["GET", k]).await.unwrap();
+        if v != "$-1" {
+            taken.push(k.clone());
+        }
+    }
+    assert!(
+        taken.is_empty(),
+        "taken after the outage by acquires cancelled during it: {taken:?}"
+    );
+}

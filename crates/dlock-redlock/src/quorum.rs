@@ -124,9 +124,11 @@ where
 /// As [`fan_out`] (same bounds), but returns as soon as `needed` replies satisfy `yes`:
 /// the slowest nodes do not hold up a grant a quorum already gave (a
 /// delayed or silent node costs nothing then). Requests still in flight are
-/// dropped, not recalled: each was already handed to its node's connection,
-/// so a later release on that connection reaches the node after it. Their
-/// slots are `None`.
+/// not recalled: each was already handed to its node's connection (and
+/// runs [`to_the_end`](dlock_redis_protocol::to_the_end) where a late
+/// write would take a key), so a later
+/// release on that connection reaches the node after it. Their slots are
+/// `None`.
 pub(crate) async fn fan_out_until<T, F, Fut>(
     nodes: usize,
     timeout: Duration,

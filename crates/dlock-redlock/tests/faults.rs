@@ -654,3 +654,63 @@ async fn a_request_given_up_during_an_outage_is_not_sent_when_the_nodes_return()
         "taken after the outage by requests given up during it: {taken:?}"
     );
 }
+
+/// An acquire cancelled while every node is away, in an outage that
+/// outlasts its TTL (so its clean-up has given up), takes nothing when the
+/// nodes return: each node's request runs until fred's own time-out marks
+/// it, whoever stopped waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_in_an_outage_longer_than_its_ttl_takes_nothing_afterwards() {
+    let nodes = Nodes::start().await;
+    let mut config = nodes.config();
+    config.request_timeout = Duration::from_millis(200);
+    let timeout = config.request_timeout;
+    let lock = Redlock::connect(config).await.unwrap();
+    await_connected(&lock, &[true; 5]).await;
+    let ttl = Duration::from_secs(1);
+    let opts = AcquireOptions::default().ttl(ttl).wait(Wait::No);
+    // The scripts loaded on every node, as on any node in use.
+    let probe = key("cut/probe");
+    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
+    for p in &nodes.proxies {
+        p.set(Fault::Reset);
+    }
+    let mut keys = Vec::new();
+    let mut last = Instant::now();
+    for i in 0..10u64 {
+        let k = key(&format!("cut/{i}"));
+        // Cut before the node time-out: the caller lets go.
+        let cut = Duration::from_millis(1 + 3 * i);
+        let _ = tokio::time::timeout(cut, lock.acquire(&k, opts)).await;
+        keys.push(lock.redis_key(&k));
+        last = Instant::now();
+    }
+    // The clean-ups release until each attempt's TTL has passed, and each
+    // of their requests is marked after the node time-out: past both, only
+    // a request written late could take a key.
+    let past = ttl + timeout * 3 + Duration::from_secs(1);
+    tokio::time::sleep_until((last + past).into()).await;
+    for p in &nodes.proxies {
+        p.set(Fault::None);
+    }
+    await_connected(&lock, &[true; 5]).await;
+    // A release waits for every node's answer, and each node's connection
+    // writes in order: anything kept back was written before it (and holds
+    // its key for the whole TTL, far longer than this check takes).
+    let g = tokio::time::timeout(LIMIT, lock.acquire(&probe, opts.wait(Wait::For(LIMIT))))
+        .await
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    let mut taken = Vec::new();
+    for k in &keys {
+        let n = nodes.holders(k).await;
+        if n > 0 {
+            taken.push(format!("{k} on {n} nodes"));
+        }
+    }
+    assert!(
+        taken.is_empty(),
+        "taken after the outage by acquires cancelled during it: {taken:?}"
+    );
+}
