@@ -590,6 +590,65 @@ async fn connections_close_with_the_last_user() {
     }
 }
 
+/// An outage of every node: the scripts loaded first (as on any node in
+/// use: a script unknown to a node is sent again by a caller, not by fred's
+/// queue), then `count` acquires of `name/i` with `opts`, each cut after
+/// `cut(i)` (`None`: run to its end, which must be `Unavailable`); the
+/// nodes return `past` after the last. Returns the keys a node holds once
+/// a later request has been answered by every node (each node's
+/// connection writes in order: anything kept back was written before it,
+/// and holds its key for a whole TTL, far longer than the check takes).
+async fn taken_after_an_outage(
+    nodes: &Nodes,
+    lock: &Redlock,
+    name: &str,
+    opts: AcquireOptions,
+    count: u64,
+    cut: impl Fn(u64) -> Option<Duration>,
+    past: Duration,
+) -> Vec<String> {
+    await_connected(lock, &[true; 5]).await;
+    let probe = key(&format!("{name}/probe"));
+    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
+    for p in &nodes.proxies {
+        p.set(Fault::Reset);
+    }
+    let mut keys = Vec::new();
+    let mut last = Instant::now();
+    for i in 0..count {
+        let k = key(&format!("{name}/{i}"));
+        if let Some(cut) = cut(i) {
+            let _ = tokio::time::timeout(cut, lock.acquire(&k, opts)).await;
+        } else {
+            let r = tokio::time::timeout(LIMIT, lock.acquire(&k, opts)).await.unwrap();
+            assert!(
+                matches!(r, Err(Error::Unavailable { .. })),
+                "attempt {i} in an outage: {r:?}"
+            );
+        }
+        keys.push(lock.redis_key(&k));
+        last = Instant::now();
+    }
+    tokio::time::sleep_until((last + past).into()).await;
+    for p in &nodes.proxies {
+        p.set(Fault::None);
+    }
+    await_connected(lock, &[true; 5]).await;
+    let g = tokio::time::timeout(LIMIT, lock.acquire(&probe, opts.wait(Wait::For(LIMIT))))
+        .await
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    let mut taken = Vec::new();
+    for k in &keys {
+        let n = nodes.holders(k).await;
+        if n > 0 {
+            taken.push(format!("{k} on {n} nodes"));
+        }
+    }
+    taken
+}
+
 /// A request the handle gave up on while every node was out of reach is
 /// never sent once the nodes are back. fred queues commands while it
 /// reconnects and writes them when it is connected again, unless its own
@@ -605,50 +664,13 @@ async fn a_request_given_up_during_an_outage_is_not_sent_when_the_nodes_return()
     // Many attempts in a short outage, each cut at the node time-out.
     config.request_timeout = Duration::from_millis(20);
     let lock = Redlock::connect(config).await.unwrap();
-    await_connected(&lock, &[true; 5]).await;
     let opts = AcquireOptions::default()
         .ttl(Duration::from_secs(60))
         .wait(Wait::No);
-    // The scripts loaded on every node, as on any node in use (a script
-    // unknown to a node is sent again by a caller, not by the queue).
-    let probe = key("outage/probe");
-    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
-    for p in &nodes.proxies {
-        p.set(Fault::Reset);
-    }
-    let mut keys = Vec::new();
-    let mut last = Instant::now();
-    for i in 0..40 {
-        let k = key(&format!("outage/{i}"));
-        let r = tokio::time::timeout(LIMIT, lock.acquire(&k, opts)).await.unwrap();
-        assert!(
-            matches!(r, Err(Error::Unavailable { .. })),
-            "attempt {i} in an outage: {r:?}"
-        );
-        keys.push(lock.redis_key(&k));
-        last = Instant::now();
-    }
     // A failed attempt gives back in the background for a second at most:
     // past that, only a request sent late could take a key.
-    tokio::time::sleep_until((last + Duration::from_millis(1500)).into()).await;
-    for p in &nodes.proxies {
-        p.set(Fault::None);
-    }
-    await_connected(&lock, &[true; 5]).await;
-    // A release waits for every node's answer, and each node's connection
-    // writes in order: anything kept back was written before it.
-    let g = tokio::time::timeout(LIMIT, lock.acquire(&probe, opts.wait(Wait::For(LIMIT))))
-        .await
-        .unwrap()
-        .unwrap();
-    g.release().await.unwrap();
-    let mut taken = Vec::new();
-    for k in &keys {
-        let n = nodes.holders(k).await;
-        if n > 0 {
-            taken.push(format!("{k} on {n} nodes"));
-        }
-    }
+    let past = Duration::from_millis(1500);
+    let taken = taken_after_an_outage(&nodes, &lock, "outage", opts, 40, |_| None, past).await;
     assert!(
         taken.is_empty(),
         "taken after the outage by requests given up during it: {taken:?}"
@@ -666,49 +688,15 @@ async fn an_acquire_cancelled_in_an_outage_longer_than_its_ttl_takes_nothing_aft
     config.request_timeout = Duration::from_millis(200);
     let timeout = config.request_timeout;
     let lock = Redlock::connect(config).await.unwrap();
-    await_connected(&lock, &[true; 5]).await;
     let ttl = Duration::from_secs(1);
     let opts = AcquireOptions::default().ttl(ttl).wait(Wait::No);
-    // The scripts loaded on every node, as on any node in use.
-    let probe = key("cut/probe");
-    lock.acquire(&probe, opts).await.unwrap().release().await.unwrap();
-    for p in &nodes.proxies {
-        p.set(Fault::Reset);
-    }
-    let mut keys = Vec::new();
-    let mut last = Instant::now();
-    for i in 0..10u64 {
-        let k = key(&format!("cut/{i}"));
-        // Cut before the node time-out: the caller lets go.
-        let cut = Duration::from_millis(1 + 3 * i);
-        let _ = tokio::time::timeout(cut, lock.acquire(&k, opts)).await;
-        keys.push(lock.redis_key(&k));
-        last = Instant::now();
-    }
-    // The clean-ups release until each attempt's TTL has passed, and each
-    // of their requests is marked after the node time-out: past both, only
-    // a request written late could take a key.
+    // Cut before the node time-out: the caller lets go. The clean-ups
+    // release until each attempt's TTL has passed, and each of their
+    // requests is marked after the node time-out: past both, only a
+    // request written late could take a key.
+    let cut = |i| Some(Duration::from_millis(1 + 3 * i));
     let past = ttl + timeout * 3 + Duration::from_secs(1);
-    tokio::time::sleep_until((last + past).into()).await;
-    for p in &nodes.proxies {
-        p.set(Fault::None);
-    }
-    await_connected(&lock, &[true; 5]).await;
-    // A release waits for every node's answer, and each node's connection
-    // writes in order: anything kept back was written before it (and holds
-    // its key for the whole TTL, far longer than this check takes).
-    let g = tokio::time::timeout(LIMIT, lock.acquire(&probe, opts.wait(Wait::For(LIMIT))))
-        .await
-        .unwrap()
-        .unwrap();
-    g.release().await.unwrap();
-    let mut taken = Vec::new();
-    for k in &keys {
-        let n = nodes.holders(k).await;
-        if n > 0 {
-            taken.push(format!("{k} on {n} nodes"));
-        }
-    }
+    let taken = taken_after_an_outage(&nodes, &lock, "cut", opts, 10, cut, past).await;
     assert!(
         taken.is_empty(),
         "taken after the outage by acquires cancelled during it: {taken:?}"
