@@ -96,24 +96,30 @@ fn is_connection_failure(details: &str) -> bool {
 /// while the server was away took its key when the server came back, for a
 /// whole TTL, after its clean-up had given up. With the command kept to
 /// the end, a clean-up's release sent after it is written after it, or
-/// both are marked (the release's time-out runs out later).
+/// both are marked (the release's time-out runs out later). The command
+/// is handed to fred in the caller's first poll, so nothing the caller
+/// sends later overtakes it.
 ///
 /// # Errors
 ///
 /// fred's; a task that ended early (its runtime shut down, a panic) reads
 /// as fred's `Canceled`.
-pub fn to_the_end<T: Send + 'static>(
+pub async fn to_the_end<T: Send + 'static>(
     call: impl Future<Output = std::result::Result<T, fred::error::Error>> + Send + 'static,
-) -> impl Future<Output = std::result::Result<T, fred::error::Error>> {
-    let task = tokio::spawn(call);
-    async move {
-        task.await.unwrap_or_else(|e| {
-            Err(fred::error::Error::new(
-                fred::error::ErrorKind::Canceled,
-                format!("the request's task ended early: {e}"),
-            ))
-        })
+) -> std::result::Result<T, fred::error::Error> {
+    let mut call = Box::pin(call);
+    // The first poll here, in the caller's order: fred takes the command
+    // now, before anything the caller sends after it (a clean-up's release
+    // must not overtake its acquire); only the wait moves to the task.
+    if let std::task::Poll::Ready(done) = futures::poll!(call.as_mut()) {
+        return done;
     }
+    tokio::spawn(call).await.unwrap_or_else(|e| {
+        Err(fred::error::Error::new(
+            fred::error::ErrorKind::Canceled,
+            format!("the request's task ended early: {e}"),
+        ))
+    })
 }
 
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and

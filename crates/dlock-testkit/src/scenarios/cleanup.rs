@@ -7,7 +7,7 @@ use dlock_core::{Error, Guard, Lock, Wait};
 use super::Ctx;
 use crate::LockFactory;
 use crate::outcome::ensure;
-use crate::outcome::{Failure, ScenarioResult, Verdict, within};
+use crate::outcome::{Failure, ScenarioResult, Verdict, wait_until, within};
 
 /// Dropping a guard releases the lock well before its TTL; a dropped or
 /// released guard's `lost()` resolves at once (work that follows it stops
@@ -81,6 +81,45 @@ pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Sc
     );
     if let Some(gc) = gc {
         gc.release().await?;
+    }
+    // Acquires of free keys dropped after their first poll (the requests
+    // handed to the client, no reply yet): each key is free again promptly,
+    // long before its TTL (a clean-up that overtook its own request would
+    // leave the key held). Cut on a worker of the runtime, as a task: what
+    // the cut starts in the background there runs in the order the runtime
+    // picks (the last task started first), not in the order it was started.
+    let keys: Vec<_> = (0..8)
+        .map(|i| ctx.key(&format!("cancel/first-poll/{i}")))
+        .collect();
+    let (cutter, cut, opts) = (a.clone(), keys.clone(), ctx.opts(t.long_ttl));
+    tokio::spawn(async move {
+        for k in &cut {
+            let once = tokio::time::timeout(Duration::ZERO, cutter.acquire(k, opts)).await;
+            if let Ok(granted) = once {
+                // Granted in its first poll (an in-process backend).
+                granted?.release().await?;
+            }
+            tokio::task::yield_now().await;
+        }
+        Ok::<(), Error>(())
+    })
+    .await
+    .map_err(|e| Failure(format!("the task that cut the acquires: {e}")))??;
+    for k in &keys {
+        wait_until(
+            t.prompt,
+            &format!("{k} free after an acquire dropped after its first poll"),
+            || async {
+                Ok(match c.try_acquire(k, ctx.opts(t.long_ttl)).await? {
+                    Some(g) => {
+                        g.release().await?;
+                        true
+                    }
+                    None => false,
+                })
+            },
+        )
+        .await?;
     }
     Ok(Verdict::Passed)
 }
