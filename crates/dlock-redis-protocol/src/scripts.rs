@@ -52,6 +52,48 @@
 //! second runs ahead of the clock by the excess, which is harmless: the
 //! counter term still increases.
 
+/// What a mutex script does with its waiter (the Lua locals `waiter`,
+/// `queue` and `gone_at` set first) when it grants: the waiter leaves the
+/// queue. As [`ACQUIRE`] says.
+macro_rules! waiter_served {
+    () => {
+        r#"  if waiter and waiter ~= '' then
+    redis.call('ZREM', queue, waiter)
+    redis.call('ZREM', gone_at, waiter)
+  end
+"#
+    };
+}
+
+/// What a mutex script does when the lock key is held: a key of another
+/// type is an error; a waiter is queued (its first attempt's time kept),
+/// its gone-at time moved on by its window (`ARGV[4]` ms), up to 16
+/// waiters past theirs dropped, and the queue kept as long as its longest
+/// window. As [`ACQUIRE`] says.
+macro_rules! waiter_refused {
+    () => {
+        r#"local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
+end
+if waiter and waiter ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local window = tonumber(ARGV[4])
+  redis.call('ZADD', queue, 'NX', now, waiter)
+  redis.call('ZADD', gone_at, now + window, waiter)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', gone_at, '-inf', '(' .. now, 'LIMIT', 0, 16)) do
+    redis.call('ZREM', queue, gone)
+    redis.call('ZREM', gone_at, gone)
+  end
+  local keep = math.max(window, redis.call('PTTL', gone_at))
+  redis.call('PEXPIRE', queue, keep)
+  redis.call('PEXPIRE', gone_at, keep)
+end
+"#
+    };
+}
+
 /// `SET NX PX` and, only if that succeeded, the fencing token
 /// `max(counter + 1, TIME in µs)` (see the module docs), stored back. The key's type is
 /// looked at only when the `SET NX` failed: the common path is the fewest
@@ -74,9 +116,10 @@
 /// 2^53 (set by someone else: NaN, negative, too large for exact Lua
 /// numbers) is an error before anything is granted. `redis.replicate_commands`
 /// (a no-op since Redis 5) lets Redis 3.2-4 write after `TIME`.
-pub const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local waiter = ARGV[3]
+local waiter, queue, gone_at = ARGV[3], KEYS[3], KEYS[4]
 local stored = redis.call('GET', KEYS[2])
 local counter = tonumber(stored) or 0
 if counter ~= counter or counter < 0 or counter >= 9007199254740991 then
@@ -87,32 +130,15 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local token = math.max(counter + 1, now)
   redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', 86400000)
-  if waiter and waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('ZREM', KEYS[4], waiter)
-  end
-  return {1, token}
+"#,
+    waiter_served!(),
+    r#"  return {1, token}
 end
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
-end
-if waiter and waiter ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local window = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[3], 'NX', now, waiter)
-  redis.call('ZADD', KEYS[4], now + window, waiter)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now, 'LIMIT', 0, 16)) do
-    redis.call('ZREM', KEYS[3], gone)
-    redis.call('ZREM', KEYS[4], gone)
-  end
-  local keep = math.max(window, redis.call('PTTL', KEYS[4]))
-  redis.call('PEXPIRE', KEYS[3], keep)
-  redis.call('PEXPIRE', KEYS[4], keep)
-end
-return {0, redis.call('PTTL', KEYS[1])}
-"#;
+"#,
+    waiter_refused!(),
+    r#"return {0, redis.call('PTTL', KEYS[1])}
+"#
+);
 
 /// `SET NX PX` alone, for Redlock, which gives no fencing token.
 ///
@@ -123,36 +149,20 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// `{1, 0}` when granted, `{0, pttl, holder's value}` when held (the value
 /// tells a real holder from a split vote across nodes); `WRONGTYPE` as
 /// [`ACQUIRE`].
-pub const ACQUIRE_UNFENCED: &str = r#"
+pub const ACQUIRE_UNFENCED: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local waiter = ARGV[3]
+local waiter, queue, gone_at = ARGV[3], KEYS[2], KEYS[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if waiter and waiter ~= '' then
-    redis.call('ZREM', KEYS[2], waiter)
-    redis.call('ZREM', KEYS[3], waiter)
-  end
-  return {1, 0}
+"#,
+    waiter_served!(),
+    r#"  return {1, 0}
 end
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE dlock: the lock key holds a ' .. kind)
-end
-if waiter and waiter ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local window = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[2], 'NX', now, waiter)
-  redis.call('ZADD', KEYS[3], now + window, waiter)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 16)) do
-    redis.call('ZREM', KEYS[2], gone)
-    redis.call('ZREM', KEYS[3], gone)
-  end
-  local keep = math.max(window, redis.call('PTTL', KEYS[3]))
-  redis.call('PEXPIRE', KEYS[2], keep)
-  redis.call('PEXPIRE', KEYS[3], keep)
-end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
-"#;
+"#,
+    waiter_refused!(),
+    r#"return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+"#
+);
 
 /// Compare-value delete, then announce on the release channel. (A key of
 /// another type makes `GET` fail: that is "held by someone else".)
