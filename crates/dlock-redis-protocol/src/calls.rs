@@ -186,13 +186,7 @@ impl Scripts {
                 attempt_args(value, ttl, waiter),
             )
             .await?;
-        match reply.as_slice() {
-            [1, token] => u64::try_from(*token)
-                .map(Fenced::Granted)
-                .map_err(|_| parse_error(format!("negative fencing token {token}"))),
-            [0, ms] => Ok(Fenced::Held(pttl(*ms))),
-            other => Err(parse_error(format!("unexpected acquire reply {other:?}"))),
-        }
+        fenced(&reply)
     }
 
     /// [`ACQUIRE_UNFENCED`](scripts::ACQUIRE_UNFENCED) on one node.
@@ -328,13 +322,7 @@ impl Scripts {
             ),
         };
         let reply: Vec<i64> = script.evalsha_with_reload(client, keys, args).await?;
-        match reply.as_slice() {
-            [1, token] => u64::try_from(*token)
-                .map(Fenced::Granted)
-                .map_err(|_| parse_error(format!("negative fencing token {token}"))),
-            [0, ms] => Ok(Fenced::Held(pttl(*ms))),
-            other => Err(parse_error(format!("unexpected acquire reply {other:?}"))),
-        }
+        fenced(&reply)
     }
 
     /// Releases a grant of `family`: 1 released, 0 already gone, -1 held
@@ -479,6 +467,17 @@ impl Scripts {
             });
         }
         Ok(found)
+    }
+}
+
+/// A fenced acquire's reply: `{1, token}` granted, `{0, pttl}` held.
+fn fenced(reply: &[i64]) -> Result<Fenced, FredError> {
+    match reply {
+        [1, token] => u64::try_from(*token)
+            .map(Fenced::Granted)
+            .map_err(|_| parse_error(format!("negative fencing token {token}"))),
+        [0, ms] => Ok(Fenced::Held(pttl(*ms))),
+        other => Err(parse_error(format!("unexpected acquire reply {other:?}"))),
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::{AcquireOptions, Error, Guard, Lock, LockKey, Wait};
 
-use super::Ctx;
+use super::{Ctx, free};
 use crate::LockFactory;
 use crate::outcome::ensure;
 use crate::outcome::{Failure, ScenarioResult, Verdict, within};
@@ -155,11 +155,10 @@ pub async fn try_acquire_held_and_free<F: LockFactory>(ctx: Ctx<F>) -> ScenarioR
         "try_acquire granted a held key to its own client again"
     );
     ga.release().await?;
-    let gb = b.try_acquire(&k, opts).await?;
-    ensure!(gb.is_some(), "try_acquire after release returned None");
-    if let Some(gb) = gb {
-        gb.release().await?;
-    }
+    ensure!(
+        free(&b, &k, opts).await?,
+        "try_acquire after release returned None"
+    );
     Ok(Verdict::Passed)
 }
 
@@ -196,11 +195,10 @@ pub async fn acquire_wait_times_out<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResu
     );
     ga.release().await?;
     // The timed-out waiter left nothing: a fresh client gets the key at once.
-    let g = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
-    ensure!(g.is_some(), "the key is not free after the holder released");
-    if let Some(g) = g {
-        g.release().await?;
-    }
+    ensure!(
+        free(&b, &k, ctx.opts(t.long_ttl)).await?,
+        "the key is not free after the holder released"
+    );
     Ok(Verdict::Passed)
 }
 

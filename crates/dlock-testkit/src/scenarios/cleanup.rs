@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use dlock_core::{Error, Guard, Lock, Wait};
 
-use super::Ctx;
+use super::{Ctx, free};
 use crate::LockFactory;
 use crate::outcome::ensure;
 use crate::outcome::{Failure, ScenarioResult, Verdict, wait_until, within};
@@ -74,14 +74,10 @@ pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Sc
     } else {
         tokio::time::sleep(t.short_ttl).await;
     }
-    let gc = c.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
     ensure!(
-        gc.is_some(),
+        free(&c, &k, ctx.opts(t.long_ttl)).await?,
         "after the holder released, the key was held: the cancelled acquire left a ghost"
     );
-    if let Some(gc) = gc {
-        gc.release().await?;
-    }
     // Acquires of free keys dropped after their first poll (the requests
     // handed to the client, no reply yet): each key is free again promptly,
     // long before its TTL (a clean-up that overtook its own request would
@@ -109,15 +105,7 @@ pub async fn cancelled_acquire_leaves_nothing<F: LockFactory>(ctx: Ctx<F>) -> Sc
         wait_until(
             t.prompt,
             &format!("{k} free after an acquire dropped after its first poll"),
-            || async {
-                Ok(match c.try_acquire(k, ctx.opts(t.long_ttl)).await? {
-                    Some(g) => {
-                        g.release().await?;
-                        true
-                    }
-                    None => false,
-                })
-            },
+            || free(&c, k, ctx.opts(t.long_ttl)),
         )
         .await?;
     }

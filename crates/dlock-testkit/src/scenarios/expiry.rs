@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use dlock_core::{Error, Guard, Lock, Wait};
 
-use super::{Ctx, lost_or_not_held};
+use super::{Ctx, free, lost_or_not_held};
 use crate::LockFactory;
 use crate::outcome::ensure;
 use crate::outcome::{Failure, ScenarioResult, Verdict, wait_until, within};
@@ -72,15 +72,11 @@ pub async fn extend_after_expiry_refused<F: LockFactory>(ctx: Ctx<F>) -> Scenari
         }
     }
     ensure!(!ga.is_held(), "is_held() is true after a refused extend");
-    let gb = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
     ensure!(
-        gb.is_some(),
+        free(&b, &k, ctx.opts(t.long_ttl)).await?,
         "the key is held after an extend of an expired lock: the extend resurrected it"
     );
     drop(ga);
-    if let Some(gb) = gb {
-        gb.release().await?;
-    }
     Ok(Verdict::Passed)
 }
 
@@ -155,11 +151,10 @@ pub async fn auto_extend_keeps_lock<F: LockFactory>(ctx: Ctx<F>) -> ScenarioResu
         tokio::time::sleep(t.short_ttl / 4).await;
     }
     g.release().await?;
-    let gb = b.try_acquire(&k, ctx.opts(t.long_ttl)).await?;
-    ensure!(gb.is_some(), "the key is held after release");
-    if let Some(gb) = gb {
-        gb.release().await?;
-    }
+    ensure!(
+        free(&b, &k, ctx.opts(t.long_ttl)).await?,
+        "the key is held after release"
+    );
     Ok(Verdict::Passed)
 }
 

@@ -66,15 +66,7 @@ fn unavailable<T: std::fmt::Debug>(
 
 /// Whether `client` can take `key` at once (and gives it back).
 async fn free<L: Lock>(ctx: &Ctx<impl LockFactory>, client: &L, key: &LockKey) -> Result<bool, Failure> {
-    Ok(
-        match client.try_acquire(key, ctx.opts(ctx.timing().long_ttl)).await? {
-            Some(g) => {
-                g.release().await?;
-                true
-            }
-            None => false,
-        },
-    )
+    super::free(client, key, ctx.opts(ctx.timing().long_ttl)).await
 }
 
 /// `client` gets `key` within its `ttl` (plus the slack): a lock nobody

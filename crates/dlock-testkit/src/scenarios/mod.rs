@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Capabilities, Error, Lock, LockKey, Wait};
+use dlock_core::{AcquireOptions, Capabilities, Error, Guard, Lock, LockKey, Wait};
 
 use crate::LockFactory;
 use crate::outcome::{Failure, wait_until};
@@ -211,6 +211,18 @@ impl<F: LockFactory> Ctx<F> {
             ))),
         }
     }
+}
+
+/// Whether `client` can take `key` at once with `opts` (and gives it back
+/// at once).
+pub(super) async fn free<L: Lock>(client: &L, key: &LockKey, opts: AcquireOptions) -> Result<bool, Failure> {
+    Ok(match client.try_acquire(key, opts).await? {
+        Some(g) => {
+            g.release().await?;
+            true
+        }
+        None => false,
+    })
 }
 
 pub(super) fn lost_or_not_held(e: &Error) -> bool {

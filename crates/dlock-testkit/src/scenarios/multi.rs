@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use dlock_core::{Error, Fencing, Guard, Lock, Wait};
 
-use super::Ctx;
+use super::{Ctx, free};
 use crate::LockFactory;
 use crate::outcome::{Failure, ScenarioResult, Verdict, ensure, wait_until, within};
 
@@ -34,11 +34,7 @@ pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Scena
         }
     }
     for k in [&k1, &k3] {
-        let g = c.try_acquire(k, opts).await?;
-        ensure!(g.is_some(), "a refused set left {k} held");
-        if let Some(g) = g {
-            g.release().await?;
-        }
+        ensure!(free(&c, k, opts).await?, "a refused set left {k} held");
     }
     {
         let set = [k2.clone(), k1.clone()];
@@ -89,11 +85,7 @@ pub async fn acquire_all_is_all_or_nothing<F: LockFactory>(ctx: Ctx<F>) -> Scena
         both.release().await?;
     }
     for k in [&k1, &k2] {
-        let g = c.try_acquire(k, opts).await?;
-        ensure!(g.is_some(), "a released set left {k} held");
-        if let Some(g) = g {
-            g.release().await?;
-        }
+        ensure!(free(&c, k, opts).await?, "a released set left {k} held");
     }
     Ok(Verdict::Passed)
 }
