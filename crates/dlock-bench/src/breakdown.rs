@@ -49,6 +49,10 @@ pub(crate) struct Part {
     pub(crate) parks: f64,
     /// Server CPU time per cycle (summed over nodes), where the server says.
     pub(crate) server: Option<Duration>,
+    /// The [`instructions`](crate::instructions) subject this row is.
+    pub(crate) subject: &'static str,
+    /// Client instructions per cycle (callgrind), where counted.
+    pub(crate) instructions: Option<f64>,
 }
 
 /// The breakdown of one backend.
@@ -97,7 +101,12 @@ async fn servers_cpu(servers: &[Fred]) -> Result<Duration, String> {
 }
 
 /// One pass: `warmup` cycles, then `n` measured ones.
-async fn pass<F, Fut>(what: String, servers: &[Fred], n: usize, mut cycle: F) -> Result<Part, String>
+async fn pass<F, Fut>(
+    (what, subject): (String, &'static str),
+    servers: &[Fred],
+    n: usize,
+    mut cycle: F,
+) -> Result<Part, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
@@ -129,6 +138,8 @@ where
         bytes: per(stats.bytes_allocated as f64),
         parks: per(parked as f64),
         server: server.map(|s| s / u32::try_from(n).unwrap_or(u32::MAX)),
+        subject,
+        instructions: None,
     })
 }
 
@@ -149,14 +160,17 @@ async fn static_passes<L: Lock>(
     let key = crate::scenarios::key("breakdown-static");
     let plain = AcquireOptions::default().auto_extend(false);
     parts.push(
-        pass("dlock, static driver, no auto-extend".into(), servers, n, || {
-            ours(lock, &key, plain)
-        })
+        pass(
+            ("dlock, static driver, no auto-extend".into(), "static-plain"),
+            servers,
+            n,
+            || ours(lock, &key, plain),
+        )
         .await?,
     );
     let default = AcquireOptions::default();
     parts.push(
-        pass("dlock, static driver".into(), servers, n, || {
+        pass(("dlock, static driver".into(), "static"), servers, n, || {
             ours(lock, &key, default)
         })
         .await?,
@@ -166,7 +180,7 @@ async fn static_passes<L: Lock>(
 
 /// Our two scripts and nothing else, through the floor's raw client: what
 /// the server and the client library cost for our protocol.
-async fn scripts_alone(c: &Fred, scripts: &Scripts, key: &str) -> Result<(), String> {
+pub(crate) async fn scripts_alone(c: &Fred, scripts: &Scripts, key: &str) -> Result<(), String> {
     let fence = scripts::fence_key(key).unwrap_or_else(|| format!("{{{key}}}{}", scripts::FENCE_SUFFIX));
     let value = "breakdown-holder";
     match scripts
@@ -185,23 +199,37 @@ async fn scripts_alone(c: &Fred, scripts: &Scripts, key: &str) -> Result<(), Str
     }
 }
 
-/// Scenario 1c for `b`, `n` cycles per part.
-pub(crate) async fn breakdown(b: &Backend, n: usize) -> Result<Breakdown, String> {
+/// Scenario 1c for `b`, `n` cycles per part; each part's client
+/// instructions per cycle too when `counted` gives the two cycle counts
+/// of the [`instructions`](crate::instructions) runs.
+pub(crate) async fn breakdown(
+    b: &Backend,
+    n: usize,
+    counted: Option<(usize, usize)>,
+) -> Result<Breakdown, String> {
     let servers = stat_servers(&b.floor);
     let mut parts = Vec::new();
     let floor_key = format!("bench-floor-{:x}", rand::random::<u32>());
-    parts.push(pass("floor".into(), &servers, n, || b.floor.cycle(&floor_key)).await?);
+    parts.push(
+        pass(("floor".into(), "floor"), &servers, n, || {
+            b.floor.cycle(&floor_key)
+        })
+        .await?,
+    );
     if let Some(p) = b.peer().await? {
         let peer_key = format!("bench-peer-{:x}", rand::random::<u32>());
-        parts.push(pass(p.name().into(), &servers, n, || p.cycle(&peer_key)).await?);
+        parts.push(pass((p.name().into(), "peer"), &servers, n, || p.cycle(&peer_key)).await?);
     }
     if let Floor::Redis(c) = &b.floor {
         let s = Scripts::default();
         let key = format!("dlock:bench-scripts-{:x}", rand::random::<u32>());
         parts.push(
-            pass("our two scripts alone (raw client)".into(), &servers, n, || {
-                scripts_alone(c, &s, &key)
-            })
+            pass(
+                ("our two scripts alone (raw client)".into(), "scripts"),
+                &servers,
+                n,
+                || scripts_alone(c, &s, &key),
+            )
             .await?,
         );
     }
@@ -230,11 +258,20 @@ pub(crate) async fn breakdown(b: &Backend, n: usize) -> Result<Breakdown, String
     let key = crate::scenarios::key("breakdown-any");
     let opts = AcquireOptions::default();
     parts.push(
-        pass("dlock through AnyLock (scenario 1)".into(), &servers, n, || {
-            ours(&any, &key, opts)
-        })
+        pass(
+            ("dlock through AnyLock (scenario 1)".into(), "any"),
+            &servers,
+            n,
+            || ours(&any, &key, opts),
+        )
         .await?,
     );
+    if let Some((n1, n2)) = counted {
+        for p in &mut parts {
+            crate::watchdog::step(format!("{}: instructions of {}", b.name, p.what));
+            p.instructions = Some(crate::instructions::per_cycle(p.subject, &b.url, n1, n2).await?);
+        }
+    }
     Ok(Breakdown { parts })
 }
 

@@ -19,6 +19,7 @@
 mod breakdown;
 mod family;
 mod floor;
+mod instructions;
 mod peer;
 mod report;
 mod scenarios;
@@ -114,6 +115,16 @@ pub(crate) const HOLD: Duration = Duration::from_millis(1);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--instructions") {
+        // A child counted by callgrind: one thread, no watchdog thread.
+        return match instructions::child(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dlock-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -235,7 +246,14 @@ async fn run(args: &[String]) -> Result<(), String> {
     {
         eprintln!("dlock-bench: {} ...", b.name);
         watchdog::step(format!("{}: breakdown", b.name));
-        let breakdown = breakdown::breakdown(b, size.iterations).await?;
+        // Client instructions: every backend in a full run, Redis alone
+        // in a quick one (it proves the counting still works).
+        let counted = (instructions::available() && (!quick || b.name == "redis")).then_some(if quick {
+            (5, 15)
+        } else {
+            (20, 220)
+        });
+        let breakdown = breakdown::breakdown(b, size.iterations, counted).await?;
         if breakdown_only {
             print!("{}", report::breakdown_table(b.name, &breakdown));
             continue;

@@ -132,7 +132,7 @@ fn hot_key_versus_the_peers(w: &mut String, r: &Results) {
 }
 
 /// Scenario 1c's heading and explanation.
-const BREAKDOWN_INTRO: &str = "\n## 1c. Where the time goes\n\nThe uncontended cycle taken apart, one pass of its own per row (so the counters are that row's alone): the floor, the peer, our two scripts alone through the floor's raw client (Redis), the static driver without and with auto-extend, and the facade's `AnyLock` (what sections 1 and 1b measure). Client CPU: this process's CPU time per cycle, every thread (our code, the client library's connection tasks, the system calls). Allocations from a counting allocator. Parks: how often a runtime worker went to sleep per cycle (the wake-ups a cycle needs). Server CPU: the server processes' CPU time per cycle from `INFO cpu` before and after the pass (Redis and Redlock, summed over the nodes).\n";
+const BREAKDOWN_INTRO: &str = "\n## 1c. Where the time goes\n\nThe uncontended cycle taken apart, one pass of its own per row (so the counters are that row's alone): the floor, the peer, our two scripts alone through the floor's raw client (Redis), the static driver without and with auto-extend, and the facade's `AnyLock` (what sections 1 and 1b measure). Client CPU: this process's CPU time per cycle, every thread (our code, the client library's connection tasks, the system calls). Allocations from a counting allocator. Parks: how often a runtime worker went to sleep per cycle (the wake-ups a cycle needs). Server CPU: the server processes' CPU time per cycle from `INFO cpu` before and after the pass (Redis and Redlock, summed over the nodes). Client instructions: what one cycle executes in the client process (every thread, not the kernel), counted by callgrind in a child process of its own on one thread, as the difference between a run of 20 and one of 220 cycles: the same binary gives the same count whatever the machine is doing, so it shows what the latency's noise hides (`-`: not counted, no valgrind).\n";
 
 /// One backend's rows of scenario 1c (the table's header included when
 /// `header`).
@@ -140,16 +140,18 @@ fn breakdown_rows(w: &mut String, name: &str, b: &crate::breakdown::Breakdown, h
     if header {
         let _ = writeln!(
             w,
-            "| backend | what | p50 | client CPU / cycle | allocations / cycle | bytes / cycle | parks / cycle | server CPU / cycle |"
+            "| backend | what | p50 | client instructions / cycle | client CPU / cycle | allocations / cycle | bytes / cycle | parks / cycle | server CPU / cycle |"
         );
-        let _ = writeln!(w, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(w, "|---|---|---|---|---|---|---|---|---|");
     }
     for p in &b.parts {
         let _ = writeln!(
             w,
-            "| {name} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {} |",
+            "| {name} | {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {} |",
             p.what,
             show(p.lat.p50()),
+            p.instructions
+                .map_or_else(|| "-".to_owned(), |i| format!("{i:.0}")),
             show(p.cpu),
             p.allocs,
             p.bytes,
@@ -703,6 +705,8 @@ mod tests {
                     bytes: 18_000.0,
                     parks: 6.0,
                     server: Some(Duration::from_micros(40)),
+                    subject: "floor",
+                    instructions: Some(120_000.0),
                 }],
             },
             handoff_floor: Some(lat(200)),
