@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::error::Error as FredError;
-use fred::types::Value;
+use fred::interfaces::LuaInterface;
 use fred::types::scripts::Script;
+use fred::types::{FromValue, Value};
 
 use crate::millis;
 use crate::scripts::{self, QUEUE_SUFFIX, SEEN_SUFFIX};
@@ -143,6 +144,33 @@ fn queue_keys(lock_key: &str) -> [String; 2] {
     ]
 }
 
+/// An acquire script by hash, loaded again on `NOSCRIPT` (fred's
+/// `evalsha_with_reload`, step by step), each command kept
+/// [`to_the_end`](crate::to_the_end) from here: a call dropped between two
+/// steps sends nothing more, so a clean-up's release sent after the drop
+/// is never overtaken by a retry from the background (both `NOSCRIPT`
+/// after a restart, the release's retry first, the acquire's after it,
+/// would leave the key taken for a whole TTL).
+async fn kept<R: FromValue + Send + 'static>(
+    script: &Script,
+    client: &Client,
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> Result<R, FredError> {
+    let evalsha = || {
+        let (c, hash, keys, args) = (client.clone(), script.sha1().clone(), keys.clone(), args.clone());
+        crate::to_the_end(async move { c.evalsha::<R, _, _, _>(hash, keys, args).await })
+    };
+    match evalsha().await {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            let (c, script) = (client.clone(), script.clone());
+            crate::to_the_end(async move { script.load(&c).await }).await?;
+            evalsha().await
+        }
+        done => done,
+    }
+}
+
 /// An acquire's `ARGV`: value, TTL in ms, waiter id and window (the window
 /// is read only with a waiter).
 fn attempt_args(value: &str, ttl: Duration, waiter: Option<(&str, u64)>) -> Vec<String> {
@@ -178,14 +206,8 @@ impl Scripts {
         waiter: Option<(&str, u64)>,
     ) -> Result<Fenced, FredError> {
         let [queue, seen] = queue_keys(lock_key);
-        let reply: Vec<i64> = self
-            .acquire
-            .evalsha_with_reload(
-                client,
-                vec![lock_key.to_owned(), fence_key.to_owned(), queue, seen],
-                attempt_args(value, ttl, waiter),
-            )
-            .await?;
+        let keys = vec![lock_key.to_owned(), fence_key.to_owned(), queue, seen];
+        let reply: Vec<i64> = kept(&self.acquire, client, keys, attempt_args(value, ttl, waiter)).await?;
         fenced(&reply)
     }
 
@@ -203,14 +225,14 @@ impl Scripts {
         waiter: Option<(&str, u64)>,
     ) -> Result<Unfenced, FredError> {
         let [queue, seen] = queue_keys(lock_key);
-        let reply: Vec<Value> = self
-            .acquire_unfenced
-            .evalsha_with_reload(
-                client,
-                vec![lock_key.to_owned(), queue, seen],
-                attempt_args(value, ttl, waiter),
-            )
-            .await?;
+        let keys = vec![lock_key.to_owned(), queue, seen];
+        let reply: Vec<Value> = kept(
+            &self.acquire_unfenced,
+            client,
+            keys,
+            attempt_args(value, ttl, waiter),
+        )
+        .await?;
         let numbers: Vec<Option<i64>> = reply.iter().take(2).map(Value::as_i64).collect();
         match numbers.as_slice() {
             [Some(1), Some(_)] => Ok(Unfenced::Granted),
@@ -321,7 +343,7 @@ impl Scripts {
                 ],
             ),
         };
-        let reply: Vec<i64> = script.evalsha_with_reload(client, keys, args).await?;
+        let reply: Vec<i64> = kept(script, client, keys, args).await?;
         fenced(&reply)
     }
 

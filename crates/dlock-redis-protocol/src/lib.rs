@@ -102,8 +102,12 @@ fn is_connection_failure(details: &str) -> bool {
 ///
 /// # Errors
 ///
-/// fred's; a task that ended early (its runtime shut down, a panic) reads
-/// as fred's `Canceled`.
+/// fred's; a task that ended early (its runtime shut down) reads as
+/// fred's `Canceled`.
+///
+/// # Panics
+///
+/// When `call` panics (the panic goes on in the caller).
 pub async fn to_the_end<T: Send + 'static>(
     call: impl Future<Output = std::result::Result<T, fred::error::Error>> + Send + 'static,
 ) -> std::result::Result<T, fred::error::Error> {
@@ -114,12 +118,15 @@ pub async fn to_the_end<T: Send + 'static>(
     if let std::task::Poll::Ready(done) = futures::poll!(call.as_mut()) {
         return done;
     }
-    tokio::spawn(call).await.unwrap_or_else(|e| {
-        Err(fred::error::Error::new(
+    match tokio::spawn(call).await {
+        Ok(done) => done,
+        // The call's panic is the caller's.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(fred::error::Error::new(
             fred::error::ErrorKind::Canceled,
             format!("the request's task ended early: {e}"),
-        ))
-    })
+        )),
+    }
 }
 
 /// A duration as whole milliseconds for `PX` / `PEXPIRE`, at least 1 and

@@ -3,15 +3,14 @@
 //! `dlock_redis_protocol`'s (shared with Redlock); here are the connection
 //! they run on, the operator reads, and the error mapping of each call.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dlock_core::driver::Outcome;
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::calls::{Family, FamilyHolder, Fenced, Scripts};
+use dlock_redis_protocol::outcome_of;
 use dlock_redis_protocol::scripts;
-use dlock_redis_protocol::{outcome_of, to_the_end};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Builder;
@@ -31,7 +30,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 pub(crate) struct Conn {
     pub(crate) client: Client,
     pub(crate) subscriber: SubscriberClient,
-    scripts: Arc<Scripts>,
+    scripts: Scripts,
     abandoned: AtomicBool,
     /// Keeps every guard of this handle, in one task.
     pub(crate) keeper: dlock_core::driver::Keeper,
@@ -93,7 +92,7 @@ impl Conn {
         let conn = Conn {
             client,
             subscriber,
-            scripts: Arc::new(Scripts::default()),
+            scripts: Scripts::default(),
             abandoned: AtomicBool::new(false),
             keeper: dlock_core::driver::Keeper::new(),
         };
@@ -120,8 +119,9 @@ impl Conn {
 
     /// One fenced attempt at `kind` (`None`: the mutex, see `ACQUIRE`;
     /// else a read, a write or permits); `waiter` (its id and window in ms)
-    /// queues it (a mutex) or marks it waiting (a write) if refused. The
-    /// request runs [`to_the_end`], whoever stops waiting for it.
+    /// queues it (a mutex) or marks it waiting (a write) if refused. Its
+    /// commands run [`to_the_end`](dlock_redis_protocol::to_the_end),
+    /// whoever stops waiting for them.
     pub(crate) async fn acquire(
         &self,
         kind: Option<Family>,
@@ -131,27 +131,19 @@ impl Conn {
         ttl: Duration,
         waiter: Option<(&str, u64)>,
     ) -> Result<Fenced> {
-        let (client, scripts) = (self.client.clone(), Arc::clone(&self.scripts));
-        let (lock_key, fence_key, value) = (lock_key.to_owned(), fence_key.to_owned(), value.to_owned());
-        let waiter = waiter.map(|(w, window)| (w.to_owned(), window));
-        // To the end: an acquire cancelled while Redis is away is never
-        // written when it is back.
-        to_the_end(async move {
-            let waiter = waiter.as_ref().map(|(w, window)| (w.as_str(), *window));
-            match kind {
-                None => {
-                    scripts
-                        .acquire(&client, &lock_key, &fence_key, &value, ttl, waiter)
-                        .await
-                }
-                Some(f) => {
-                    scripts
-                        .acquire_family(&client, f, &lock_key, &fence_key, &value, ttl, waiter)
-                        .await
-                }
+        let client = &self.client;
+        match kind {
+            None => {
+                self.scripts
+                    .acquire(client, lock_key, fence_key, value, ttl, waiter)
+                    .await
             }
-        })
-        .await
+            Some(f) => {
+                self.scripts
+                    .acquire_family(client, f, lock_key, fence_key, value, ttl, waiter)
+                    .await
+            }
+        }
         .map_err(map_err)
     }
 

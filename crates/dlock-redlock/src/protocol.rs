@@ -4,7 +4,6 @@
 //! connections, each request sent to every node at once (bounded by the
 //! node timeout), and what came back, tallied.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use dlock_core::driver::Refusal;
 use dlock_core::driver::redact_url;
 use dlock_core::{Error, Result};
 use dlock_redis_protocol::calls::{Scripts, Unfenced};
-use dlock_redis_protocol::{outcome_of, scripts, to_the_end};
+use dlock_redis_protocol::{outcome_of, scripts};
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::Builder;
@@ -42,7 +41,7 @@ pub(crate) struct Conn {
     nodes: Vec<Node>,
     pub(crate) names: Vec<String>,
     pub(crate) config: RedlockConfig,
-    scripts: Arc<Scripts>,
+    scripts: Scripts,
     abandoned: AtomicBool,
     /// Keeps every guard of this handle, in one task.
     pub(crate) keeper: dlock_core::driver::Keeper,
@@ -99,7 +98,7 @@ impl Conn {
             nodes,
             names,
             config,
-            scripts: Arc::new(Scripts::default()),
+            scripts: Scripts::default(),
             abandoned: AtomicBool::new(false),
             keeper: dlock_core::driver::Keeper::new(),
         };
@@ -144,8 +143,9 @@ impl Conn {
 
     /// The acquire script on every node at once, until `needed` said yes
     /// (the slower nodes are not waited for: `None` for them). Each node's
-    /// request runs [`to_the_end`]: an acquire nobody waits for any more
-    /// (cancelled, or a quorum reached without it) is never written late.
+    /// commands run [`to_the_end`](dlock_redis_protocol::to_the_end): an
+    /// acquire nobody waits for any more (cancelled, or a quorum reached
+    /// without it) is never written late.
     pub(crate) async fn acquire_everywhere(
         &self,
         lock_key: &str,
@@ -154,20 +154,12 @@ impl Conn {
         waiter: Option<(&str, u64)>,
         needed: usize,
     ) -> Vec<Option<std::result::Result<Unfenced, NodeFailure>>> {
-        let (lock_key, value) = (Arc::<str>::from(lock_key), Arc::<str>::from(value));
-        let waiter = waiter.map(|(w, window)| (Arc::<str>::from(w), window));
         fan_out_until(
             self.nodes.len(),
             self.config.request_timeout,
             |i| {
-                let (client, scripts) = (self.nodes[i].client.clone(), Arc::clone(&self.scripts));
-                let (lock_key, value, waiter) = (Arc::clone(&lock_key), Arc::clone(&value), waiter.clone());
-                to_the_end(async move {
-                    let waiter = waiter.as_ref().map(|(w, window)| (&**w, *window));
-                    scripts
-                        .acquire_unfenced(&client, &lock_key, &value, ttl, waiter)
-                        .await
-                })
+                self.scripts
+                    .acquire_unfenced(&self.nodes[i].client, lock_key, value, ttl, waiter)
             },
             |r| *r == Unfenced::Granted,
             needed,
