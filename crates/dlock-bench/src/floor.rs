@@ -12,6 +12,8 @@
 //! the floor of a handoff: a released lock cannot reach another client
 //! faster than that.
 
+use dlock_redis_protocol::calls::{Fenced, Scripts};
+use dlock_redis_protocol::scripts;
 use fred::prelude::{Builder, Client as Fred, ClientLike, Config as FredConfig, KeysInterface, LuaInterface};
 use fred::types::{Expiration, SetOptions};
 use zookeeper_client::{Acls, CreateMode};
@@ -461,6 +463,27 @@ pub(crate) async fn handoff(
             Ok(Some(lat))
         }
         _ => Ok(None),
+    }
+}
+
+/// Our two scripts and nothing else, through the floor's raw client: what
+/// the server and the client library cost for our protocol.
+pub(crate) async fn scripts_alone(c: &Fred, scripts: &Scripts, key: &str) -> Result<(), String> {
+    let fence = scripts::fence_key(key).unwrap_or_else(|| format!("{{{key}}}{}", scripts::FENCE_SUFFIX));
+    let value = "breakdown-holder";
+    match scripts
+        .acquire(c, key, &fence, value, std::time::Duration::from_secs(30), None)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Fenced::Granted(_) => {}
+        Fenced::Held(_) => return Err(format!("{key}: held by someone else")),
+    }
+    let released = scripts.release(c, key, value).await.map_err(|e| e.to_string())?;
+    if released == 1 {
+        Ok(())
+    } else {
+        Err(format!("{key}: release answered {released}"))
     }
 }
 

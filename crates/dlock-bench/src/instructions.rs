@@ -22,28 +22,42 @@ use crate::peer::Peer;
 /// Cycles every child runs before it counts.
 const WARMUP: usize = 20;
 
+/// Where valgrind is (Debian's package).
+const VALGRIND: &str = "/usr/bin/valgrind";
+
+/// The child's environment variable for the backend's URL (not its argv,
+/// which anyone on the machine can read).
+const URL_VAR: &str = "DLOCK_BENCH_URL";
+
+/// How long one child run may take before it counts as hung.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// Whether callgrind is there to count with.
 pub(crate) fn available() -> bool {
-    std::path::Path::new("/usr/bin/valgrind").exists()
+    std::path::Path::new(VALGRIND).exists()
 }
 
 /// The child's side: `N` cycles of `subject` against the backend of the
-/// dlock URL `url`, after [`WARMUP`] of them. The subjects, as the
+/// dlock URL in [`URL_VAR`], after [`WARMUP`] of them. The subjects, as the
 /// breakdown's rows name them: `floor` (the raw client), `peer` (the peer
 /// library), `scripts` (our two scripts alone through the raw client,
 /// Redis), `static-plain` and `static` (the static driver without and with
 /// auto-extend), `any` (`AnyLock`). Runs on a current-thread
 /// runtime of its own (one thread: the counts repeat).
 pub(crate) fn child(args: &[String]) -> Result<(), String> {
-    let [_, subject, url, n] = args else {
-        return Err("usage: dlock-bench --instructions SUBJECT URL N".into());
+    let [_, subject, n] = args else {
+        return Err(format!(
+            "usage: {URL_VAR}=URL dlock-bench --instructions SUBJECT N"
+        ));
     };
+    let url = std::env::var(URL_VAR).map_err(|_| format!("{URL_VAR} is not set"))?;
     let n: usize = n.parse().map_err(|e| format!("--instructions N {n:?}: {e}"))?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?
-        .block_on(cycles_of(subject, url, n))
+        .block_on(cycles_of(subject, &url, n))
+        .map_err(|e| e.replace(url.as_str(), &dlock_core::driver::redact_url(&url)))
 }
 
 async fn repeat<F, Fut>(n: usize, mut cycle: F) -> Result<(), String>
@@ -101,7 +115,7 @@ async fn cycles_of(subject: &str, url: &str, n: usize) -> Result<(), String> {
             };
             let scripts = Scripts::default();
             let key = format!("dlock:{key}");
-            repeat(n, || crate::breakdown::scripts_alone(&raw, &scripts, &key)).await
+            repeat(n, || crate::floor::scripts_alone(&raw, &scripts, &key)).await
         }
         "static-plain" | "static" => {
             let opts = AcquireOptions::default().auto_extend(subject == "static");
@@ -128,19 +142,23 @@ async fn cycles_of(subject: &str, url: &str, n: usize) -> Result<(), String> {
 /// What callgrind collected in one child run of `n` cycles.
 async fn collected(subject: &str, url: &str, n: usize) -> Result<u64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = tokio::process::Command::new("/usr/bin/valgrind")
+    let child = tokio::process::Command::new(VALGRIND)
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(exe)
-        .args(["--instructions", subject, url, &n.to_string()])
+        .args(["--instructions", subject, &n.to_string()])
+        .env(URL_VAR, url)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("valgrind: {e}"))?;
     crate::watchdog::child(child.id());
-    let out = child.wait_with_output().await.map_err(|e| e.to_string());
+    // A hung child is killed (on drop) and reported, not waited for.
+    let out = tokio::time::timeout(CHILD_LIMIT, child.wait_with_output()).await;
     crate::watchdog::child(None);
-    let out = out?;
+    let out = out
+        .map_err(|_| format!("the instruction count of {subject} took over {CHILD_LIMIT:?}"))?
+        .map_err(|e| e.to_string())?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     match (out.status.success(), ir_collected(&stderr)) {
         (true, Some(ir)) => Ok(ir),
@@ -170,7 +188,12 @@ fn ir_collected(stderr: &str) -> Option<u64> {
 pub(crate) async fn per_cycle(subject: &str, url: &str, n1: usize, n2: usize) -> Result<f64, String> {
     let a = collected(subject, url, n1).await?;
     let b = collected(subject, url, n2).await?;
-    Ok((b as f64 - a as f64) / (n2 - n1) as f64)
+    if b < a || n2 <= n1 {
+        return Err(format!(
+            "the instruction count of {subject}: {n2} cycles counted {b}, fewer than {n1} cycles' {a}"
+        ));
+    }
+    Ok((b - a) as f64 / (n2 - n1) as f64)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! dlock-bench [--quick] [--backend NAME] [--out DIR]
 //! dlock-bench --breakdown [--quick] [--backend NAME]  (scenario 1c alone, to stdout)
 //! dlock-bench --memory URL --guards N      (scenario 6's child process)
+//! DLOCK_BENCH_URL=URL dlock-bench --instructions SUBJECT N  (1c's child, under callgrind)
 //! ```
 //!
 //! Every step names itself; one that takes longer than 300 s (`--quick`)

@@ -13,8 +13,9 @@ use fred::types::{FromValue, Value};
 use crate::millis;
 use crate::scripts::{self, QUEUE_SUFFIX, SEEN_SUFFIX};
 
-/// The scripts, loaded by hash on first use (and again after a server lost
-/// them: `evalsha_with_reload`).
+/// The scripts, loaded by hash on first use and again after a server lost
+/// them (fred's `evalsha_with_reload`; an acquire's steps one by one, each
+/// kept to the end from the caller: `kept`).
 pub struct Scripts {
     acquire: Script,
     acquire_unfenced: Script,

@@ -108,7 +108,7 @@ fn loopback(port: u16) -> SocketAddr {
 
 /// The Debian packages the launcher, the drivers' builds and the interop
 /// tests' reference clients need.
-pub const PACKAGES: [&str; 14] = [
+pub const PACKAGES: [&str; 13] = [
     "redis-server",
     "redis-tools",
     "etcd-server",
@@ -122,7 +122,6 @@ pub const PACKAGES: [&str; 14] = [
     "libcurator-recipes-java",
     "openjdk-17-jdk-headless",
     "python3-redis",
-    "valgrind",
 ];
 
 /// Which of [`PACKAGES`] look missing on this machine (by the files they
@@ -155,8 +154,6 @@ pub fn missing_packages() -> Vec<&'static str> {
         ),
         // Builds the Redis clock shim (and links Rust itself).
         ("gcc", "/usr/bin/cc"),
-        // Counts the benchmarks' client instructions (callgrind).
-        ("valgrind", "/usr/bin/valgrind"),
     ] {
         if !present(file) {
             missing.push(package);
