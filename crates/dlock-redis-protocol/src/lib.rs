@@ -142,6 +142,58 @@ pub fn millis(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    fn block_on<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_call_done_in_its_first_poll_answers_there_and_a_pending_one_is_kept_to_its_end() {
+        block_on(async {
+            assert_eq!(
+                to_the_end(async { Ok::<_, fred::error::Error>(7) })
+                    .await
+                    .unwrap(),
+                7
+            );
+            // Pending first: the rest runs in a task, which goes on after
+            // the caller stops waiting.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut call = Box::pin(to_the_end(async move {
+                tokio::task::yield_now().await;
+                let _ = tx.send(());
+                Ok::<_, fred::error::Error>(())
+            }));
+            assert!(
+                futures::poll!(call.as_mut()).is_pending(),
+                "the call was done in its first poll"
+            );
+            drop(call);
+            tokio::time::timeout(std::time::Duration::from_secs(10), rx)
+                .await
+                .expect("the kept call ran to its end")
+                .expect("it said so");
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "the call's own panic")]
+    fn a_kept_calls_panic_is_the_callers() {
+        block_on(async {
+            let _ = to_the_end(async {
+                tokio::task::yield_now().await;
+                if true {
+                    panic!("the call's own panic");
+                }
+                Ok::<(), fred::error::Error>(())
+            })
+            .await;
+        });
+    }
+
     #[test]
     fn fred_errors_map_by_what_the_caller_can_do() {
         use fred::error::{Error as F, ErrorKind as K};

@@ -1049,3 +1049,23 @@ async fn an_acquire_cancelled_in_an_outage_takes_nothing_afterwards() {
         "taken after the outage by acquires cancelled during it: {taken:?}"
     );
 }
+
+/// An acquire after Redis lost its scripts (a restart, `SCRIPT FLUSH`)
+/// loads them again and is granted; so is the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_lost_by_the_server_are_loaded_again() {
+    let server = Redis::start().await.unwrap();
+    let lock = connect(&server, "dlock:").await;
+    let k = key("flushed");
+    let opts = AcquireOptions::default().wait(Wait::No);
+    lock.acquire(&k, opts).await.unwrap().release().await.unwrap();
+    assert_eq!(command(addr(&server), &["SCRIPT", "FLUSH"]).await.unwrap(), "+OK");
+    let g = lock.acquire(&k, opts).await.unwrap();
+    assert_eq!(command(addr(&server), &["SCRIPT", "FLUSH"]).await.unwrap(), "+OK");
+    g.release().await.unwrap();
+    let g = lock.try_acquire(&k, opts).await.unwrap();
+    assert!(
+        g.is_some(),
+        "the key is held after a release over flushed scripts"
+    );
+}
