@@ -19,13 +19,13 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use cpu_time::ProcessTime;
-use distlock::{AcquireOptions, Config, Guard, Lock, LockKey};
+use distlock::{AcquireOptions, Config, Lock};
 use dlock_redis_protocol::calls::Scripts;
 use fred::prelude::{Client as Fred, ClientLike};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 use crate::floor::Floor;
-use crate::scenarios::Backend;
+use crate::scenarios::{Backend, ours};
 use crate::stats::Lat;
 
 /// Counts every allocation of the process (scenario 1c reads it; the cost,
@@ -140,12 +140,6 @@ where
         subject,
         instructions: None,
     })
-}
-
-/// Acquire + release through `lock` with `opts`.
-async fn ours<L: Lock>(lock: &L, key: &LockKey, opts: AcquireOptions) -> Result<(), String> {
-    let g = lock.acquire(key, opts).await.map_err(|e| e.to_string())?;
-    g.release().await.map_err(|e| e.to_string())
 }
 
 /// The static driver's passes: without auto-extend, then with it (the

@@ -13,7 +13,7 @@
 
 use std::future::Future;
 
-use distlock::{AcquireOptions, Config, Guard, Lock};
+use distlock::{AcquireOptions, Config, Lock};
 use dlock_redis_protocol::calls::Scripts;
 
 use crate::floor::Floor;
@@ -73,11 +73,7 @@ where
 
 async fn ours<L: Lock>(lock: &L, n: usize, opts: AcquireOptions) -> Result<(), String> {
     let key = crate::scenarios::key("instructions");
-    repeat(n, || async {
-        let g = lock.acquire(&key, opts).await.map_err(|e| e.to_string())?;
-        g.release().await.map_err(|e| e.to_string())
-    })
-    .await
+    repeat(n, || crate::scenarios::ours(lock, &key, opts)).await
 }
 
 async fn cycles_of(subject: &str, url: &str, n: usize) -> Result<(), String> {

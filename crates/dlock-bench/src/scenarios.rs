@@ -61,6 +61,12 @@ pub(crate) fn key(name: &str) -> LockKey {
     LockKey::new(format!("bench-{name}-{:x}", rand::random::<u32>())).expect("a valid key")
 }
 
+/// One cycle of ours: acquire + release through `lock` with `opts`.
+pub(crate) async fn ours<L: Lock>(lock: &L, key: &LockKey, opts: AcquireOptions) -> Result<(), String> {
+    let g = lock.acquire(key, opts).await.map_err(|e| e.to_string())?;
+    g.release().await.map_err(|e| e.to_string())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
